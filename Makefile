@@ -1,0 +1,36 @@
+# Two commands set everything up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# The CPU build of torch, installed before anything that depends on torch, so that no requirement
+# pulls the multi-GB CUDA build. Override on machines where this exact version is not available.
+TORCH_SPEC ?= torch==2.13.0
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: install test demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --quiet -e ".[local,dev]"
+	touch $@
+
+# pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.
+test: install
+	$(BIN)/python -m pytest; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
+
+demo: install
+	$(BIN)/amb run "Which river flows through the city where the Tidewater Lantern Festival is held, and when does the festival take place?" \
+		--corpus datasets/demo --lm local --export amb_runs/demo-bank.json
+
+bench: install
+	$(BIN)/python bench/retrieval.py --n 10000
+	$(BIN)/python bench/hotpotqa_retrieval.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info amb_runs

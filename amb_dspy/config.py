@@ -1,0 +1,75 @@
+"""One settings object for the whole bank: environment, an optional file, and flags.
+
+Environment variables use the ``AMB_`` prefix (``AMB_LM``, ``AMB_RETRIEVAL_K``...). The spec's
+unprefixed names are honoured too where users already have them set: ``LLM_API_KEY``,
+``LLM_BASE_URL``, ``SERPER_API_KEY`` and ``JINA_API_KEY``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+AgentName = Literal["classification", "structure", "analysis", "integration", "planning"]
+AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning")
+
+DEFAULT_LM = "deepseek/deepseek-chat"
+
+
+class AmbConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="AMB_", extra="ignore", populate_by_name=True)
+
+    # --- LM backends -------------------------------------------------------------------------
+    lm: str = Field(DEFAULT_LM, description="dspy.LM model string, 'local', or 'gguf:PATH'")
+    agent_lms: dict[str, str] = Field(default_factory=dict, description="per-agent LM model strings")
+    llm_api_key: str = Field("", validation_alias=AliasChoices("AMB_LLM_API_KEY", "LLM_API_KEY"))
+    llm_base_url: str = Field("", validation_alias=AliasChoices("AMB_LLM_BASE_URL", "LLM_BASE_URL"))
+    temperature: float = 0.6
+    max_tokens: int = 4096
+
+    # --- retrieval ---------------------------------------------------------------------------
+    retrieval_k: int = Field(5, ge=1)
+    retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)
+    embedding_batch_size: int = Field(64, ge=1)
+
+    # --- tools -------------------------------------------------------------------------------
+    serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
+    jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
+    corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
+    http_timeout_s: float = 20.0
+    visit_max_chars: int = Field(200_000, description="cap on the text a visited page may contribute")
+
+    # --- executor ----------------------------------------------------------------------------
+    react_max_iters: int = Field(6, ge=1)
+    max_context_tokens: int = 32_000
+
+    # --- agent windows and chunking ------------------------------------------------------------
+    classification_window: int = 8000
+    structure_window: int = 8000
+    analysis_window: int = 8000
+    integration_window: int = 8000
+    planning_window: int = 8000
+    chunk_ratio: float = Field(0.9, gt=0.0, le=1.0)
+
+    # --- bank loop caps ----------------------------------------------------------------------
+    max_loops: int = Field(8, ge=1, description="execution-loop iterations before the bank stops")
+    max_lm_calls: int = Field(400, ge=1, description="LM calls per run before the bank stops")
+    max_merge_rounds: int = Field(5, ge=1, description="merge -> re-analysis rounds per conflict")
+
+    # --- paths -------------------------------------------------------------------------------
+    storage_dir: Path = Path("data/storage")
+    temp_dir: Path = Path("data/temp")
+
+    @field_validator("agent_lms")
+    @classmethod
+    def _known_agents(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = set(value) - set(AGENT_NAMES)
+        if unknown:
+            raise ValueError(f"unknown agent(s) in agent_lms: {sorted(unknown)}; known: {list(AGENT_NAMES)}")
+        return value
+
+    def window(self, agent: AgentName) -> int:
+        return getattr(self, f"{agent}_window")

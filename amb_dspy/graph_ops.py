@@ -1,0 +1,296 @@
+"""The one place that mutates memory: the Query Graph, the Interaction Tree and both retrieval indexes.
+
+Every public method is a transaction. Work that can fail (embedding, validation) runs before the
+first change; every change registers its inverse, and if anything raises part-way the inverses run
+in reverse order, so the four structures change together or not at all.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Iterable
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
+from amb_dspy.storage.bank_file import dump_bank, load_bank
+from amb_dspy.storage.clock import now
+from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
+from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
+
+
+@dataclass(frozen=True)
+class NodeDraft:
+    """What an agent decides a node says; ids, timestamps and embeddings are the store's business."""
+
+    summary: str
+    context: str
+    keywords: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ContextUpdate:
+    context: str
+    keywords: list[str]
+
+
+class MemoryStore:
+    """The three layers of one task's memory plus the indexes over the graph."""
+
+    def __init__(self, embedder: Embedder, insight_doc: InsightDoc | None = None):
+        self.embedder = embedder
+        self.insight_doc = insight_doc
+        self.graph = QueryGraph()
+        self.tree = InteractionTree()
+        self.index = HybridIndex(embedder.dim)
+        self._undo: list[Callable[[], None]] | None = None
+
+    # --- transactions ------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self):
+        if self._undo is not None:  # nested call: the outer transaction owns the undo log
+            yield
+            return
+        self._undo = []
+        try:
+            yield
+        except BaseException:
+            for undo in reversed(self._undo):
+                undo()
+            raise
+        finally:
+            self._undo = None
+
+    def _did(self, undo: Callable[[], None]) -> None:
+        self._undo.append(undo)
+
+    def _embed(self, texts: list[str]) -> np.ndarray:
+        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        if vectors.shape != (len(texts), self.index.dim):
+            raise ValueError(f"embedder returned shape {vectors.shape}, expected {(len(texts), self.index.dim)}")
+        return vectors
+
+    # --- primitive steps (each registers its inverse) -----------------------------------------
+    def _insert(self, node: QueryGraphNode) -> None:
+        self.graph.add_node(node)
+        self._did(lambda: self.graph.nodes_dict.pop(node.id, None))
+        self.index.add(node.id, node.embedding_text, node.embedding)
+        self._did(lambda: self.index.remove(node.id))
+
+    def _link(self, a: str, b: str) -> bool:
+        added = self.graph.add_edge(a, b)
+        if added:
+            self._did(lambda: self.graph.remove_edge(a, b))
+        return added
+
+    def _unlink(self, a: str, b: str) -> None:
+        if self.graph.remove_edge(a, b):
+            self._did(lambda: self.graph.add_edge(a, b))
+
+    def _remove(self, node_id: str) -> None:
+        for other in list(self.graph.node(node_id).links):
+            self._unlink(node_id, other)
+        node = self.graph.nodes_dict.pop(node_id)
+        self._did(lambda: self.graph.nodes_dict.__setitem__(node_id, node))
+        self.index.remove(node_id)
+        self._did(lambda: self.index.add(node.id, node.embedding_text, node.embedding))
+
+    def _set_context(self, node_id: str, update: ContextUpdate, vector: np.ndarray) -> None:
+        node = self.graph.node(node_id)
+        before = (node.context, list(node.keywords), node.embedding)
+
+        def restore() -> None:
+            node.context, node.keywords, node.embedding = before[0], before[1], before[2]
+            self.index.update(node.id, node.embedding_text, node.embedding)
+
+        node.context, node.keywords, node.embedding = update.context, list(update.keywords), vector
+        self._did(restore)
+        self.index.update(node.id, node.embedding_text, vector)
+
+    def _snapshot_tree_index(self) -> None:
+        saved = self.tree._snapshot_index()
+        self._did(lambda: self.tree._restore_index(*saved))
+
+    # --- public operations -------------------------------------------------------------------
+    def add_nodes(self, drafts: list[NodeDraft]) -> list[QueryGraphNode]:
+        """Create nodes from drafts (embedded in one batch) and index them."""
+        vectors = self._embed([node_text(d.summary, d.context, d.keywords) for d in drafts]) if drafts else []
+        nodes = [
+            QueryGraphNode(
+                id=uuid.uuid4().hex, summary=d.summary, context=d.context, keywords=list(d.keywords),
+                embedding=vector, timestamp=now(),
+            )
+            for d, vector in zip(drafts, vectors)
+        ]
+        with self._transaction():
+            for node in nodes:
+                self._insert(node)
+        return nodes
+
+    def add_node(self, draft: NodeDraft) -> QueryGraphNode:
+        return self.add_nodes([draft])[0]
+
+    def delete_node(self, node_id: str) -> None:
+        """Remove a node, its edges and its index entries. Its interaction entries stay in the tree."""
+        with self._transaction():
+            self.graph.node(node_id)
+            self._remove(node_id)
+            self._snapshot_tree_index()
+            self.tree.unlink_node(node_id)
+
+    def add_edge(self, a: str, b: str) -> bool:
+        with self._transaction():
+            return self._link(a, b)
+
+    def remove_edge(self, a: str, b: str) -> None:
+        with self._transaction():
+            self._unlink(a, b)
+
+    def neighbours(self, node_id: str) -> list[QueryGraphNode]:
+        return self.graph.get_neighbors(node_id)
+
+    def update_contexts(self, updates: dict[str, ContextUpdate]) -> None:
+        """Set context and keywords of several nodes and re-embed them from summary + context + keywords."""
+        for node_id in updates:
+            self.graph.node(node_id)
+        ids = list(updates)
+        texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
+        vectors = self._embed(texts) if ids else []
+        with self._transaction():
+            for node_id, vector in zip(ids, vectors):
+                self._set_context(node_id, updates[node_id], vector)
+
+    def update_context(self, node_id: str, context: str, keywords: list[str]) -> None:
+        self.update_contexts({node_id: ContextUpdate(context, keywords)})
+
+    def relate(self, node_id: str, other_id: str, updates: dict[str, ContextUpdate]) -> None:
+        """A ``related`` verdict: link the two nodes and apply both context updates, as one change."""
+        for nid in (node_id, other_id, *updates):
+            self.graph.node(nid)
+        ids = list(updates)
+        texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
+        vectors = self._embed(texts) if ids else []
+        with self._transaction():
+            self._link(node_id, other_id)
+            for nid, vector in zip(ids, vectors):
+                self._set_context(nid, updates[nid], vector)
+
+    def record_entry(self, entry: InteractionEntry, node_ids: Iterable[str] = ()) -> InteractionEntry:
+        """Append an interaction entry and attach it to nodes (which must exist)."""
+        node_ids = list(node_ids)
+        for node_id in node_ids:
+            self.graph.node(node_id)
+        with self._transaction():
+            self.tree.add_entry(entry)
+            self._did(lambda: self.tree._undo_add_entry(entry.entry_id))
+            for node_id in node_ids:
+                self.tree.link(node_id, entry.entry_id)
+        return entry
+
+    def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:
+        """Attach an existing entry to more nodes (entries themselves never change)."""
+        node_ids = list(node_ids)
+        for node_id in node_ids:
+            self.graph.node(node_id)
+        with self._transaction():
+            self._snapshot_tree_index()
+            for node_id in node_ids:
+                self.tree.link(node_id, entry_id)
+
+    def merge_nodes(
+        self,
+        old_ids: Collection[str],
+        draft: NodeDraft,
+        description: str = "",
+        neighbour_updates: dict[str, ContextUpdate] | None = None,
+    ) -> tuple[QueryGraphNode, MergeEvent]:
+        """Replace ``old_ids`` by one new node (spec §4.4, steps 4-6), as a single change.
+
+        The new node inherits the union of the old nodes' edges (deduplicated, none to a merged
+        node), the old nodes leave the graph and both indexes, their entries are re-linked to the
+        new node, ``neighbour_updates`` re-describe inherited neighbours (others are ignored), and a
+        MergeEvent is recorded.
+        """
+        old_ids = list(dict.fromkeys(old_ids))
+        if len(old_ids) < 2:
+            raise GraphError("a merge needs at least two distinct nodes")
+        olds = [self.graph.node(i) for i in old_ids]
+        inherited = list(dict.fromkeys(n for old in olds for n in old.links if n not in old_ids))
+        updates = {k: v for k, v in (neighbour_updates or {}).items() if k in inherited}
+        texts = [node_text(draft.summary, draft.context, draft.keywords)]
+        texts += [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in updates]
+        vectors = self._embed(texts)
+        new = QueryGraphNode(
+            id=uuid.uuid4().hex, summary=draft.summary, context=draft.context, keywords=list(draft.keywords),
+            embedding=vectors[0], timestamp=now(),
+        )
+        event = MergeEvent(merged_node_ids=tuple(old_ids), new_node_id=new.id, description=description)
+        with self._transaction():
+            self._insert(new)
+            for neighbour in inherited:
+                self._link(new.id, neighbour)
+            for old_id in old_ids:
+                self._remove(old_id)
+            for neighbour, vector in zip(updates, vectors[1:]):
+                self._set_context(neighbour, updates[neighbour], vector)
+            self._snapshot_tree_index()
+            self.tree.relink_merged(event)
+        return new, event
+
+    def set_insight_doc(self, doc: InsightDoc) -> None:
+        self.insight_doc = doc
+
+    # --- export / import ---------------------------------------------------------------------
+    def export(self, path) -> None:
+        """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`)."""
+        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim)
+
+    @classmethod
+    def load(cls, path, embedder: Embedder) -> "MemoryStore":
+        """A new store from a bank file; raises BankFileError and builds nothing if the file is bad."""
+        insight_doc, graph, tree = load_bank(path, embedder.dim)
+        store = cls(embedder, insight_doc)
+        store.graph, store.tree = graph, tree
+        for node in graph.nodes_dict.values():
+            store.index.add(node.id, node.embedding_text, node.embedding)
+        return store
+
+    def same_content(self, other: "MemoryStore") -> bool:
+        return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict
+                and self.tree == other.tree)
+
+    # --- reads -------------------------------------------------------------------------------
+    def retrieve(
+        self,
+        query_vector: np.ndarray,
+        query_text: str | Iterable[str],
+        k: int = 5,
+        alpha: float = 0.5,
+        exclude: Collection[str] = (),
+    ) -> list[QueryGraphNode]:
+        return retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
+
+    def retrieve_for_text(self, text: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
+        return self.retrieve(self._embed([text])[0], text, k=k, alpha=alpha, exclude=exclude)
+
+    def retrieve_for_node(self, node_id: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
+        node = self.graph.node(node_id)
+        return self.retrieve(node.embedding, node.keywords, k=k, alpha=alpha, exclude={node_id, *exclude})
+
+    def check(self) -> None:
+        """Raise if the graph, the tree and the indexes disagree (invariants of ARCHITECTURE.md)."""
+        self.graph.check()
+        if self.index.ids() != set(self.graph.nodes_dict):
+            raise GraphError("the retrieval index and the graph hold different node ids")
+        if len(self.index.keyword) != len(self.graph) or len(self.index.vector) != len(self.graph):
+            raise GraphError("the keyword or vector index size differs from the graph")
+        for node_id, entry_ids in self.tree.node_to_entries.items():
+            if node_id not in self.graph:
+                raise GraphError(f"entries are linked to node {node_id!r}, which is not in the graph")
+            for entry_id in entry_ids:
+                if entry_id not in self.tree.entries:
+                    raise GraphError(f"node {node_id!r} links to missing entry {entry_id!r}")

@@ -1,0 +1,139 @@
+"""Incremental BM25 (Okapi), scored exactly as ``rank_bm25.BM25Okapi`` scores the same corpus.
+
+rank_bm25 rebuilds its whole model whenever the corpus changes; here adding, updating or removing a
+document only touches that document's postings. Scores come back as a dense array indexed by the
+integer keys the caller assigned, so they combine with vector scores without any id lookups.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+
+import numpy as np
+
+_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+
+# A short English stop list: these words carry no topic, and dropping them sharpens BM25 on
+# question-style queries ("what is the ... of the ...").
+STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+    some such than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves""".split()
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-cased word tokens without stop words."""
+    return [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
+
+
+class _Postings:
+    """One term's documents; numpy views are rebuilt lazily after a change."""
+
+    __slots__ = ("tf", "_keys", "_tfs")
+
+    def __init__(self) -> None:
+        self.tf: dict[int, int] = {}
+        self._keys: np.ndarray | None = None
+        self._tfs: np.ndarray | None = None
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._keys is None:
+            self._keys = np.fromiter(self.tf.keys(), dtype=np.int64, count=len(self.tf))
+            self._tfs = np.fromiter(self.tf.values(), dtype=np.float64, count=len(self.tf))
+        return self._keys, self._tfs
+
+    def changed(self) -> None:
+        self._keys = self._tfs = None
+
+
+class BM25Index:
+    """BM25Okapi over documents keyed by small non-negative integers (reused after removal)."""
+
+    def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25):
+        self.k1, self.b, self.epsilon = k1, b, epsilon
+        self._postings: dict[str, _Postings] = {}
+        self._doc_terms: dict[int, Counter[str]] = {}
+        self._doc_len = np.zeros(1024, dtype=np.float64)
+        self._total_len = 0
+        self._eps_cache: tuple[int, float] | None = None  # (version, epsilon * average idf)
+        self._version = 0
+
+    def __len__(self) -> int:
+        return len(self._doc_terms)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._doc_terms
+
+    @property
+    def capacity(self) -> int:
+        return len(self._doc_len)
+
+    def add(self, key: int, tokens: list[str]) -> None:
+        if key in self._doc_terms:
+            raise KeyError(f"document {key} is already indexed")
+        if key >= len(self._doc_len):
+            grown = np.zeros(max(key + 1, 2 * len(self._doc_len)), dtype=np.float64)
+            grown[: len(self._doc_len)] = self._doc_len
+            self._doc_len = grown
+        counts = Counter(tokens)
+        self._doc_terms[key] = counts
+        self._doc_len[key] = len(tokens)
+        self._total_len += len(tokens)
+        for term, tf in counts.items():
+            postings = self._postings.get(term)
+            if postings is None:
+                postings = self._postings[term] = _Postings()
+            postings.tf[key] = tf
+            postings.changed()
+        self._version += 1
+
+    def remove(self, key: int) -> None:
+        counts = self._doc_terms.pop(key)
+        self._total_len -= int(self._doc_len[key])
+        self._doc_len[key] = 0.0
+        for term in counts:
+            postings = self._postings[term]
+            del postings.tf[key]
+            if postings.tf:
+                postings.changed()
+            else:
+                del self._postings[term]
+        self._version += 1
+
+    def _idf(self, df: int, n: int) -> float:
+        return math.log(n - df + 0.5) - math.log(df + 0.5)
+
+    def _epsilon_idf(self) -> float:
+        """rank_bm25 replaces negative idfs by epsilon * (mean idf over the whole vocabulary)."""
+        if self._eps_cache is None or self._eps_cache[0] != self._version:
+            n = len(self._doc_terms)
+            df = np.fromiter((len(p.tf) for p in self._postings.values()), dtype=np.float64, count=len(self._postings))
+            mean_idf = float(np.mean(np.log(n - df + 0.5) - np.log(df + 0.5))) if len(df) else 0.0
+            self._eps_cache = (self._version, self.epsilon * mean_idf)
+        return self._eps_cache[1]
+
+    def scores(self, query_tokens: list[str]) -> np.ndarray:
+        """BM25 score of every key slot (0 for empty slots), as rank_bm25 would compute it."""
+        scores = np.zeros(self.capacity, dtype=np.float64)
+        n = len(self._doc_terms)
+        if n == 0:
+            return scores
+        avgdl = self._total_len / n
+        for term in query_tokens:  # repeated query terms count again, as in rank_bm25
+            postings = self._postings.get(term)
+            if postings is None:
+                continue
+            idf = self._idf(len(postings.tf), n)
+            if idf < 0:
+                idf = self._epsilon_idf()
+            keys, tfs = postings.arrays()
+            norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[keys] / avgdl)
+            scores[keys] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
+        return scores

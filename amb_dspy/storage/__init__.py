@@ -1,0 +1,18 @@
+"""The three storage layers: pure data and their invariants, no LM and no I/O beyond (de)serialisation."""
+
+from amb_dspy.storage.insight_doc import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage.interaction_tree import (
+    Attachment,
+    AttachmentType,
+    InteractionEntry,
+    InteractionTree,
+    MergeEvent,
+    TreeError,
+)
+from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
+
+__all__ = [
+    "Attachment", "AttachmentType", "CompletedTask", "GraphError", "InsightDoc", "InteractionEntry",
+    "InteractionTree", "MergeEvent", "QueryGraph", "QueryGraphNode", "TaskStatus", "TaskType", "TreeError",
+    "node_text",
+]

@@ -1,0 +1,158 @@
+"""Layer 3, the Interaction Tree: the raw record of every interaction, append-only.
+
+Entries are frozen and the tree has no method that edits or removes one. A merge re-points the
+node -> entries index at the new node and records a MergeEvent; the entries themselves stay.
+"""
+
+from __future__ import annotations
+
+import uuid
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+
+from amb_dspy.storage.clock import now
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class AttachmentType(str, Enum):
+    IMAGE = "image"
+    DOCUMENT = "document"
+    CODE = "code"
+
+
+class Attachment(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(default_factory=new_id)
+    type: AttachmentType
+    content: str = Field(description="path of the file inside the bank's storage directory, never its bytes")
+
+
+class InteractionEntry(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str = Field(default_factory=new_id)
+    text: str
+    timestamp: float = Field(default_factory=now)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    attachments: tuple[Attachment, ...] = ()
+
+
+class MergeEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    event_id: str = Field(default_factory=new_id)
+    merged_node_ids: tuple[str, ...]
+    new_node_id: str
+    timestamp: float = Field(default_factory=now)
+    description: str = ""
+
+
+class TreeError(ValueError):
+    """An operation would break the tree's append-only contract or its references."""
+
+
+class InteractionTree(BaseModel):
+    # The stored collections are private so that nothing outside this class can edit them; the
+    # public views are read-only.
+    _entries: dict[str, InteractionEntry] = PrivateAttr(default_factory=dict)
+    _node_to_entries: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    _merge_events: list[MergeEvent] = PrivateAttr(default_factory=list)
+
+    @property
+    def entries(self) -> Mapping[str, InteractionEntry]:
+        return MappingProxyType(self._entries)
+
+    @property
+    def node_to_entries(self) -> Mapping[str, tuple[str, ...]]:
+        return MappingProxyType({k: tuple(v) for k, v in self._node_to_entries.items()})
+
+    @property
+    def merge_events(self) -> tuple[MergeEvent, ...]:
+        return tuple(self._merge_events)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries_for(self, node_id: str) -> list[InteractionEntry]:
+        """Every entry of a node, oldest first (entries of nodes merged into it included)."""
+        found = [self._entries[e] for e in self._node_to_entries.get(node_id, [])]
+        return sorted(found, key=lambda e: e.timestamp)
+
+    # --- appends: called only by graph_ops ---------------------------------------------------
+    def add_entry(self, entry: InteractionEntry, node_ids: list[str] = ()) -> None:
+        if entry.entry_id in self._entries:
+            raise TreeError(f"entry {entry.entry_id!r} already exists; entries are never replaced")
+        self._entries[entry.entry_id] = entry
+        for node_id in node_ids:
+            self.link(node_id, entry.entry_id)
+
+    def link(self, node_id: str, entry_id: str) -> None:
+        if entry_id not in self._entries:
+            raise TreeError(f"no entry {entry_id!r} to link to node {node_id!r}")
+        linked = self._node_to_entries.setdefault(node_id, [])
+        if entry_id not in linked:
+            linked.append(entry_id)
+
+    def relink_merged(self, event: MergeEvent) -> None:
+        """Point the merged nodes' entries at the new node and record the merge."""
+        moved: list[str] = list(self._node_to_entries.get(event.new_node_id, []))
+        for old in event.merged_node_ids:
+            for entry_id in self._node_to_entries.pop(old, []):
+                if entry_id not in moved:
+                    moved.append(entry_id)
+        if moved:
+            self._node_to_entries[event.new_node_id] = moved
+        self._merge_events.append(event)
+
+    def unlink_node(self, node_id: str) -> list[str]:
+        """Forget which entries belong to a node that left the graph (the entries stay)."""
+        return self._node_to_entries.pop(node_id, [])
+
+    # --- undo hooks for graph_ops' transactions (they only take back this transaction's appends)
+    def _undo_add_entry(self, entry_id: str) -> None:
+        self._entries.pop(entry_id, None)
+        for linked in self._node_to_entries.values():
+            if entry_id in linked:
+                linked.remove(entry_id)
+        for node_id in [k for k, v in self._node_to_entries.items() if not v]:
+            del self._node_to_entries[node_id]
+
+    def _restore_index(self, node_to_entries: dict[str, list[str]], merge_events: list[MergeEvent]) -> None:
+        self._node_to_entries = {k: list(v) for k, v in node_to_entries.items()}
+        self._merge_events = list(merge_events)
+
+    def _snapshot_index(self) -> tuple[dict[str, list[str]], list[MergeEvent]]:
+        return {k: list(v) for k, v in self._node_to_entries.items()}, list(self._merge_events)
+
+    # --- (de)serialisation -------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entries": [e.model_dump(mode="json") for e in self._entries.values()],
+            "node_to_entries": {k: list(v) for k, v in self._node_to_entries.items()},
+            "merge_events": [m.model_dump(mode="json") for m in self._merge_events],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "InteractionTree":
+        tree = cls()
+        for raw in data.get("entries", []):
+            tree.add_entry(InteractionEntry.model_validate(raw))
+        for node_id, entry_ids in dict(data.get("node_to_entries", {})).items():
+            for entry_id in entry_ids:
+                tree.link(str(node_id), entry_id)
+        tree._merge_events = [MergeEvent.model_validate(m) for m in data.get("merge_events", [])]
+        return tree
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, InteractionTree):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None
