@@ -1,0 +1,199 @@
+"""What the five memory agents share: their error, their base module, and how they size prompts.
+
+Every agent is a small ``dspy.Module`` holding one ``dspy.Predict`` under a stable attribute name, so
+compiled state (instructions and demos) saves and loads by that name. Agents take and return pydantic
+models, never touch storage, and call whatever LM is configured (``dspy.configure`` /
+``dspy.context``), or the ``lm=`` they were built with.
+
+Prompt sizing. An agent's window (``AmbConfig.<agent>_window``, 8000 by default, capped by what an
+embedded model's context leaves after its answer, see ``amb_dspy.lm.prompt_budget``) bounds the whole
+prompt it sends: instructions, field descriptions, compiled demos and inputs. The share left for the
+variable input is
+
+    budget = int(window * chunk_ratio) - overhead
+
+where ``overhead`` is the token count of the prompt rendered by the active adapter with the variable
+input left empty (so compiled demos are counted too). The remaining ``1 - chunk_ratio`` of the window
+(10% by default) is headroom for the chat template, counting error and the reply.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar
+
+import dspy
+import pydantic
+from dspy.utils.exceptions import AdapterParseError, LMError
+
+from amb_dspy.agents.chunking import TokenCounter, token_counter_for
+from amb_dspy.config import AgentName, AmbConfig
+from amb_dspy.lm import prompt_budget
+
+logger = logging.getLogger("amb_dspy.agents")
+
+# The least room an agent accepts for its variable input after instructions and demos.
+MIN_INPUT_BUDGET = 64
+
+
+class AgentError(Exception):
+    """An agent could not get a usable answer from its LM: unparseable or incoherent output after
+    DSPy's own adapter fallback, or a failed LM call (network, auth, context length...).
+
+    ``agent`` is the agent's name; ``raw`` the LM's raw output ("" when there was none).
+    """
+
+    def __init__(self, agent: str, message: str, raw: str = ""):
+        self.agent = agent
+        self.message = message
+        self.raw = raw
+        super().__init__(f"{agent} agent: {message}")
+
+
+class _Shared:
+    """Holds a borrowed object (an LM, a tokenizer) that module deep copies must share, not copy:
+    optimizers deep-copy programs, and a llama.cpp model cannot be copied."""
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def __deepcopy__(self, memo: dict) -> _Shared:
+        return self
+
+
+class MemoryAgent(dspy.Module):
+    """Base of the five agents: configuration, LM selection, token counting and error translation."""
+
+    name: ClassVar[AgentName]
+
+    def __init__(self, config: AmbConfig | None = None, token_counter: TokenCounter | None = None, lm: Any = None):
+        super().__init__()
+        self.config = config or AmbConfig()
+        self._token_counter = _Shared(token_counter)
+        self._lm = _Shared(lm)
+
+    # --- LM and tokens --------------------------------------------------------------------------
+
+    def active_lm(self) -> Any:
+        """The LM this agent was built with, else the configured one."""
+        return self._lm.value or dspy.settings.lm
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in ``text``: the ``token_counter=`` given, else the active LM's tokenizer, else the estimate."""
+        counter = self._token_counter.value or token_counter_for(self.active_lm())
+        return counter(text)
+
+    @property
+    def window(self) -> int:
+        """The configured window, capped by the prompt room of the active LM where that is known
+        (an embedded model's context minus its answer's share)."""
+        window = self.config.window(self.name)
+        lm = self.active_lm()
+        limit = prompt_budget(lm) if lm is not None else None
+        return min(window, limit) if limit else window
+
+    @contextmanager
+    def _lm_context(self) -> Iterator[None]:
+        if self._lm.value is None:
+            yield
+        else:
+            with dspy.context(lm=self._lm.value):
+                yield
+
+    def prompt_tokens(self, predictor: dspy.Predict, **inputs: Any) -> int:
+        """Tokens of the full prompt ``predictor`` would send for ``inputs`` (demos included)."""
+        adapter = dspy.settings.adapter or dspy.ChatAdapter()
+        messages = adapter.format(predictor.signature, predictor.demos, inputs)
+        return sum(self.count_tokens(_message_text(m)) for m in messages)
+
+    def content_budget(self, predictor: dspy.Predict, **empty_inputs: Any) -> int:
+        """Tokens left for the variable input once the prompt around it is counted (see module docstring)."""
+        overhead = self.prompt_tokens(predictor, **empty_inputs)
+        budget = int(self.window * self.config.chunk_ratio) - overhead
+        if budget < MIN_INPUT_BUDGET:
+            raise ValueError(
+                f"{self.name} window of {self.window} tokens leaves {budget} for input after {overhead} tokens of "
+                f"instructions and demos; raise AMB_{self.name.upper()}_WINDOW"
+            )
+        return budget
+
+    # --- calling the LM -------------------------------------------------------------------------
+
+    def call(self, predictor: dspy.Predict, **inputs: Any) -> dspy.Prediction:
+        """Run ``predictor``; LM trouble comes out as :class:`AgentError`, never as a half-filled result."""
+        with self._lm_context():
+            try:
+                return predictor(**inputs)
+            except AdapterParseError as exc:
+                raise AgentError(self.name, "could not parse the LM output", raw=str(exc.lm_response or "")) from exc
+            except pydantic.ValidationError as exc:
+                raise AgentError(self.name, f"LM output failed validation: {exc}") from exc
+            except LMError as exc:
+                raise AgentError(self.name, f"LM call failed: {exc}") from exc
+
+    def fail(self, message: str, prediction: dspy.Prediction | None = None) -> AgentError:
+        """An :class:`AgentError` for output that parsed but makes no sense, carrying what the LM said."""
+        raw = ""
+        if prediction is not None:
+            raw = json.dumps(_jsonable(dict(prediction.items())), ensure_ascii=False)
+        return AgentError(self.name, message, raw=raw)
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content", "")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def dedupe(items: list[str]) -> list[str]:
+    """Non-empty strings of ``items``, stripped, first occurrence kept (case-insensitive)."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        item = str(item).strip()
+        if item and item.lower() not in seen:
+            seen.add(item.lower())
+            out.append(item)
+    return out
+
+
+_STOPWORDS = frozenset(
+    "about after also among been before being between both could does during each from have having into "
+    "more most other over same some such than that their them then there these they this those through "
+    "under until very were what when where which while will with would your".split()
+)
+
+
+def fallback_keywords(text: str, limit: int = 5) -> list[str]:
+    """The most frequent words of four letters or more (first occurrence breaks ties), for clusters the LM did not describe."""
+    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in _STOPWORDS]
+    counts = Counter(w.lower() for w in words)
+    first: dict[str, str] = {}
+    for w in words:
+        first.setdefault(w.lower(), w)
+    ranked = sorted(first, key=lambda w: -counts[w])  # sorted() is stable: ties keep text order
+    return [first[w] for w in ranked[:limit]]
+
+
+def fallback_context(text: str, words: int = 25) -> str:
+    """A one-line description of ``text`` from its first sentence, for clusters the LM did not describe."""
+    first_line = " ".join(text.split())
+    sentence = re.split(r"(?<=[.!?])\s", first_line, maxsplit=1)[0]
+    tokens = sentence.split()
+    return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")

@@ -1,0 +1,148 @@
+"""The classification agent: split a tool response into topic clusters without losing a word (spec §7.1).
+
+The LM never retypes the text. The input is cut into numbered segments (paragraphs; sentence runs for
+an over-long paragraph), the LM assigns segment numbers to topics and describes each topic, and the
+code builds every cluster's ``content`` from the original segments:
+
+* every segment lands in exactly one cluster (checked before returning);
+* a segment claimed by two clusters stays in the first;
+* segments the LM leaves out are gathered into one extra cluster, described from its own text;
+* numbers the LM makes up are dropped and logged;
+* ``should_cluster = false`` gives a single cluster holding every segment.
+
+Input longer than the window is cut into chunks of whole segments, each classified on its own call,
+and the clusters of all chunks are concatenated (so the output's ``should_cluster`` is simply
+"more than one cluster"). Cluster ids are ``c1, c2, ...`` in order.
+
+Predictor: ``classify`` (:class:`ClassifySegments`).
+"""
+
+from __future__ import annotations
+
+import dspy
+from pydantic import BaseModel, Field
+
+from amb_dspy.agents.base import MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
+from amb_dspy.agents.chunking import TokenCounter, pack, segment
+from amb_dspy.config import AmbConfig
+
+
+class Cluster(BaseModel):
+    cluster_id: str
+    context: str = Field(description="one sentence naming the topic")
+    content: str = Field(description="the original text of the cluster's segments, in input order")
+    keywords: list[str]
+
+
+class ClassificationOutput(BaseModel):
+    should_cluster: bool
+    clusters: list[Cluster]
+
+
+class SegmentGroup(BaseModel):
+    """A topic: what it is about, and the numbers of the segments on it."""
+
+    context: str = Field(description="one sentence naming the topic")
+    keywords: list[str] = Field(description="three to six keywords")
+    segments: list[int] = Field(description="the numbers of the segments on this topic")
+
+
+class ClassifySegments(dspy.Signature):
+    """Group numbered text segments by topic.
+
+    Each segment starts with its number in brackets, like [3]. Put every segment number into exactly
+    one cluster, keeping segments on the same topic together. Describe each cluster with one sentence
+    of context and a few keywords; do not copy the segment text. Set should_cluster to false when all
+    segments are about one topic, and then return a single cluster with every segment number. The task
+    goal only helps decide what counts as a topic; do not answer it.
+    """
+
+    task_goal: str = dspy.InputField(desc="the user's question, for reference; may be empty")
+    segments: str = dspy.InputField(desc="numbered text segments: [1] ..., [2] ...")
+    should_cluster: bool = dspy.OutputField(desc="true when the segments cover more than one topic")
+    clusters: list[SegmentGroup] = dspy.OutputField(desc="the topics, each with the numbers of its segments")
+
+
+class ClassificationAgent(MemoryAgent):
+    """Topic clustering of long context by segment numbers (see module docstring).
+
+    ``max_segment_tokens`` caps a segment: a paragraph longer than that is offered to the LM as
+    several sentence runs, so that one long paragraph can still be split between topics.
+    """
+
+    name = "classification"
+
+    def __init__(
+        self,
+        config: AmbConfig | None = None,
+        token_counter: TokenCounter | None = None,
+        lm=None,
+        max_segment_tokens: int = 400,
+    ):
+        super().__init__(config, token_counter, lm)
+        self.max_segment_tokens = max_segment_tokens
+        self.classify = dspy.Predict(ClassifySegments)
+
+    def forward(self, context: str, task_goal: str = "") -> ClassificationOutput:
+        if not context.strip():
+            return ClassificationOutput(should_cluster=False, clusters=[])
+        budget = self.content_budget(self.classify, task_goal=task_goal, segments="")
+        number_cost = self.count_tokens("[99999] ")
+        segments = segment(context, min(self.max_segment_tokens, budget - number_cost), self.count_tokens)
+        # Pack with global numbers: a chunk's local numbers are never wider, so it can only shrink.
+        numbered = [f"[{i}] {s}" for i, s in enumerate(segments, 1)]
+        groups: list[tuple[str, list[str], list[int]]] = []
+        for chunk in pack(numbered, budget, self.count_tokens):
+            groups.extend((ctx, kws, [chunk[i] for i in members]) for ctx, kws, members in
+                          self._classify_chunk([segments[i] for i in chunk], task_goal))
+
+        assigned = sorted(i for _, _, members in groups for i in members)
+        if assigned != list(range(len(segments))):
+            raise RuntimeError("classification lost or duplicated a segment")  # a bug, never the LM's doing
+        clusters = [
+            Cluster(
+                cluster_id=f"c{n}",
+                context=ctx,
+                content="\n\n".join(segments[i] for i in members),
+                keywords=kws,
+            )
+            for n, (ctx, kws, members) in enumerate(groups, 1)
+        ]
+        return ClassificationOutput(should_cluster=len(clusters) > 1, clusters=clusters)
+
+    def _classify_chunk(self, segments: list[str], task_goal: str) -> list[tuple[str, list[str], list[int]]]:
+        """(context, keywords, local segment indices) per topic; every index in exactly one topic."""
+        rendered = "\n\n".join(f"[{i}] {s}" for i, s in enumerate(segments, 1))
+        prediction = self.call(self.classify, task_goal=task_goal, segments=rendered)
+        topics: list[SegmentGroup] = list(prediction.clusters or [])
+
+        def describe(topic: SegmentGroup | None, members: list[int]) -> tuple[str, list[str], list[int]]:
+            text = "\n\n".join(segments[i] for i in members)
+            context = (topic.context.strip() if topic else "") or fallback_context(text)
+            keywords = dedupe(topic.keywords if topic else []) or fallback_keywords(text)
+            return context, keywords, members
+
+        if not prediction.should_cluster:
+            everything = list(range(len(segments)))
+            keywords = dedupe([k for t in topics for k in t.keywords])
+            first = topics[0] if topics else None
+            context, fallback_kws, _ = describe(first, everything)
+            return [(context, keywords or fallback_kws, everything)]
+
+        owner: dict[int, int] = {}
+        for t, topic in enumerate(topics):
+            for number in topic.segments:
+                if not 1 <= number <= len(segments):
+                    logger.warning("classification: dropped unknown segment number %s (have 1-%d)", number, len(segments))
+                elif number - 1 not in owner:
+                    owner[number - 1] = t
+        out = []
+        for t, topic in enumerate(topics):
+            members = sorted(i for i, o in owner.items() if o == t)
+            if members:
+                out.append(describe(topic, members))
+        leftovers = [i for i in range(len(segments)) if i not in owner]
+        if leftovers:
+            logger.info("classification: %d segment(s) left unassigned by the LM kept in a cluster of their own", len(leftovers))
+            out.append(describe(None, leftovers))
+        return out

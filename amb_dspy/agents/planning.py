@@ -1,0 +1,187 @@
+"""The planning agent: incremental planning, one next step at a time (spec §6.2, §7.5).
+
+The Insight Doc's pending task, if any, is the task that was just executed. The LM is asked only for
+what is new: the outcome (status and one or two sentences of context) of that task, and the single
+next task, or none when the goal is met. The code assembles the full :class:`PlanningOutput`: the goal
+and earlier completed tasks are copied, never retyped; the executed task is appended as
+CROSS_VALIDATE when it was a cross-validation task, else NORMAL; ``pending_tasks`` has 0 or 1 items.
+
+Rules enforced in code, not left to the LM:
+
+* a non-empty ``failure_reason`` makes the executed task a failure with that reason as its context;
+* a :class:`ConflictNotification` makes the next task :func:`cross_validation_task` of it;
+* when neither the outcome nor the next task needs judging (a conflict, and no executed task or a
+  known failure), no LM call is made.
+
+When the prompt would overflow the window, the execution report is cut to half the room left and the
+oldest new memories are left out (both logged); the history of completed tasks is shortened from the
+oldest only if it alone does not fit.
+
+Predictor: ``plan`` (:class:`PlanNextTask`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+import dspy
+from pydantic import BaseModel, Field
+
+from amb_dspy.agents.analysis import NodeInfo
+from amb_dspy.agents.base import MIN_INPUT_BUDGET, MemoryAgent, fallback_context, logger
+from amb_dspy.agents.chunking import hard_split
+from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+
+CROSS_VALIDATE_PREFIX = "CROSS_VALIDATE"
+_CROSS_VALIDATE = re.compile(rf"^{CROSS_VALIDATE_PREFIX} (\[[^\]]*\])")
+
+
+class ConflictNotification(BaseModel):
+    conflicting_node_ids: list[str] = Field(min_length=1)
+    conflict_description: str
+
+
+class PlanningOutput(BaseModel):
+    task_goal: str
+    completed_tasks: list[CompletedTask]
+    pending_tasks: list[str] = Field(max_length=1)
+
+
+def cross_validation_task(conflict: ConflictNotification) -> str:
+    """The task text for cross-validating a conflict; it names the node ids so they can be read back."""
+    ids = json.dumps(list(conflict.conflicting_node_ids))
+    return (
+        f"{CROSS_VALIDATE_PREFIX} {ids}: find out which of these conflicting memories is correct. "
+        f"{conflict.conflict_description.strip()}"
+    )
+
+
+def conflicting_node_ids(task: str) -> list[str]:
+    """The node ids named by a :func:`cross_validation_task` text; ValueError for any other text."""
+    match = _CROSS_VALIDATE.match(task.strip())
+    if match:
+        try:
+            ids = json.loads(match.group(1))
+        except json.JSONDecodeError:
+            ids = None
+        if isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids):
+            return ids
+    raise ValueError(f"not a cross-validation task: {task[:80]!r}")
+
+
+def is_cross_validation_task(task: str) -> bool:
+    try:
+        conflicting_node_ids(task)
+    except ValueError:
+        return False
+    return True
+
+
+class TaskRecord(BaseModel):
+    description: str
+    status: str
+    context: str
+
+
+class MemoryBrief(BaseModel):
+    context: str
+    keywords: list[str]
+    summary: str
+
+
+class PlanNextTask(dspy.Signature):
+    """Plan a research task one step at a time.
+
+    First judge the sub-task just executed, if there is one: success if its execution report achieved
+    what it asked, otherwise failure, with one or two sentences of context on what it found. Then decide
+    the single next sub-task that brings the goal closer, as one concrete instruction (what to search
+    for, read or check), without repeating completed work. When the completed tasks and the memories
+    already answer the goal, leave next_task empty.
+    """
+
+    task_goal: str = dspy.InputField(desc="the user's question")
+    completed_tasks: list[TaskRecord] = dspy.InputField(desc="earlier sub-tasks, oldest first")
+    executed_task: str = dspy.InputField(desc="the sub-task just executed; empty before the first one")
+    execution_report: str = dspy.InputField(desc="what executing it returned; may be empty")
+    new_memories: list[MemoryBrief] = dspy.InputField(desc="memories added since the last plan")
+    executed_status: Literal["success", "failure"] = dspy.OutputField(
+        desc="the executed sub-task's outcome; success when none was executed"
+    )
+    executed_context: str = dspy.OutputField(desc="one or two sentences on what it found; empty when none was executed")
+    next_task: str = dspy.OutputField(desc="the next sub-task, or empty when the goal is met")
+
+
+class PlanningAgent(MemoryAgent):
+    """Incremental planner over the Insight Doc (see module docstring)."""
+
+    name = "planning"
+
+    def __init__(self, config=None, token_counter=None, lm=None):
+        super().__init__(config, token_counter, lm)
+        self.plan = dspy.Predict(PlanNextTask)
+
+    def forward(
+        self,
+        insight_doc: InsightDoc,
+        new_memory_nodes: Sequence[NodeInfo] = (),
+        conflict: ConflictNotification | None = None,
+        execution_report: str = "",
+        failure_reason: str = "",
+    ) -> PlanningOutput:
+        executed = insight_doc.current_task
+        failure_reason = failure_reason.strip()
+        prediction = None
+        if conflict is None or (executed is not None and not failure_reason):
+            report = execution_report.strip()
+            if failure_reason:
+                report = f"The task failed: {failure_reason}" + (f"\n\n{report}" if report else "")
+            prediction = self.call(self.plan, **self._fitted_inputs(insight_doc, executed, report, new_memory_nodes))
+
+        completed = list(insight_doc.completed_tasks)
+        if executed is not None:
+            kind = TaskType.CROSS_VALIDATE if is_cross_validation_task(executed) else TaskType.NORMAL
+            if failure_reason:
+                status, context = TaskStatus.FAILURE, failure_reason
+            else:
+                status = TaskStatus(prediction.executed_status)
+                context = str(prediction.executed_context or "").strip() or fallback_context(execution_report)
+            completed.append(CompletedTask(type=kind, description=executed, status=status, context=context))
+
+        if conflict is not None:
+            pending = [cross_validation_task(conflict)]
+        else:
+            next_task = str(prediction.next_task or "").strip()
+            pending = [next_task] if next_task else []
+        return PlanningOutput(task_goal=insight_doc.task_goal, completed_tasks=completed, pending_tasks=pending)
+
+    def _fitted_inputs(self, doc: InsightDoc, executed: str | None, report: str, memories: Sequence[NodeInfo]) -> dict:
+        """The predictor's inputs, cut to the window (see module docstring)."""
+        records = [TaskRecord(description=t.description, status=t.status.value, context=t.context) for t in doc.completed_tasks]
+        fixed = dict(task_goal=doc.task_goal, executed_task=executed or "", execution_report="", new_memories=[])
+        while True:
+            overhead = self.prompt_tokens(self.plan, completed_tasks=records, **fixed)
+            budget = int(self.window * self.config.chunk_ratio) - overhead
+            if budget >= MIN_INPUT_BUDGET or not records:
+                break
+            records = records[1:]
+            logger.warning("planning: oldest completed task left out of the prompt to fit the window")
+        budget = max(budget, MIN_INPUT_BUDGET)
+
+        if report and self.count_tokens(report) > budget // 2:
+            report = hard_split(report, budget // 2, self.count_tokens)[0]
+            logger.warning("planning: execution report cut to %d tokens to fit the window", budget // 2)
+        room = budget - self.count_tokens(report)
+        briefs = [MemoryBrief(context=m.context, keywords=m.keywords, summary=m.summary) for m in memories]
+        kept: list[MemoryBrief] = []
+        for brief in reversed(briefs):  # newest last in, first kept
+            cost = self.count_tokens(json.dumps(brief.model_dump(), ensure_ascii=False)) + 1
+            if cost > room:
+                break
+            kept.insert(0, brief)
+            room -= cost
+        if len(kept) < len(briefs):
+            logger.warning("planning: %d oldest new memories left out of the prompt to fit the window", len(briefs) - len(kept))
+        return dict(fixed, completed_tasks=records, execution_report=report, new_memories=kept)
