@@ -1,0 +1,252 @@
+"""The embedded search backend: a local corpus indexed with the project's own hybrid retrieval.
+
+A corpus is either
+
+* a folder: every ``.txt``, ``.md``/``.markdown`` and ``.html``/``.htm`` file under it (recursively,
+  hidden files and folders skipped) is one document. Its id is its path relative to the folder
+  (``city/harbour.md``), its URL ``corpus://<id>``, its title the first Markdown heading, the HTML
+  ``<title>``/``<h1>``, or else the file name; or
+* a JSONL file of passages, one JSON object a line, with these fields:
+
+  - ``text`` (required; ``contents``, ``content``, ``passage`` or ``body`` are accepted instead; a
+    list of strings is joined with spaces),
+  - ``title`` (optional),
+  - ``url`` (optional; any URL, e.g. the page the passage came from),
+  - ``id`` (optional; also ``doc_id``).
+
+  A passage's document is named by its ``url``, else its ``id``, else its ``title``, else its line
+  number; passages naming the same document are joined, in file order, into that document's text.
+  A document's URL is its ``url`` field or ``corpus://<id>``.
+
+Documents are split into paragraph-aligned passages of at most ~100 words (see
+:func:`amb_dspy.tools.text.split_passages`) and each passage is indexed with its document's title in
+front, so a search returns focused snippets; results are one per document (its best passage).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+from pydantic import BaseModel, ConfigDict
+
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.tools.search import DEFAULT_K, SearchResult
+from amb_dspy.tools.text import html_to_text, split_passages
+
+CORPUS_SCHEME = "corpus://"
+TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
+HTML_SUFFIXES = {".html", ".htm"}
+_TEXT_FIELDS = ("text", "contents", "content", "passage", "body")
+_MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
+
+
+class CorpusError(ValueError):
+    """A corpus cannot be loaded; the message is one line."""
+
+
+class Document(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    title: str
+    url: str
+    text: str
+
+
+def _read_text(path: Path) -> str:
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _title_from_name(path: Path) -> str:
+    return re.sub(r"[-_]+", " ", path.stem).strip().capitalize() or path.name
+
+
+def _markdown_title(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.strip():
+            match = _MD_HEADING.match(line)
+            return match.group(1).strip() if match else None
+    return None
+
+
+def _load_folder(root: Path) -> list[Document]:
+    documents = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            continue
+        suffix = path.suffix.lower()
+        if suffix in HTML_SUFFIXES:
+            title, text = html_to_text(path.read_bytes())
+        elif suffix in TEXT_SUFFIXES:
+            text = _read_text(path).strip()
+            title = _markdown_title(text) if suffix != ".txt" else None
+        else:
+            continue
+        if not text.strip():
+            continue
+        doc_id = relative.as_posix()
+        documents.append(Document(id=doc_id, title=title or _title_from_name(path), url=CORPUS_SCHEME + doc_id,
+                                  text=text))
+    if not documents:
+        raise CorpusError(f"no .txt, .md or .html documents under {root}")
+    return documents
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^\w]+", "-", text.lower()).strip("-")
+
+
+def _load_jsonl(path: Path) -> list[Document]:
+    parts: dict[str, list[str]] = {}
+    meta: dict[str, tuple[str, str, str, int]] = {}  # document key -> (title, url, id, first line)
+    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+        if not isinstance(record, dict):
+            raise CorpusError(f"{path}:{lineno}: expected a JSON object, got {type(record).__name__}")
+        text = next((record[f] for f in _TEXT_FIELDS if record.get(f)), None)
+        if isinstance(text, list):
+            text = " ".join(str(t).strip() for t in text)
+        if not isinstance(text, str) or not text.strip():
+            raise CorpusError(f"{path}:{lineno}: no passage text (expected one of the fields {', '.join(_TEXT_FIELDS)})")
+        title = str(record.get("title") or "").strip()
+        url = str(record.get("url") or "").strip()
+        given_id = str(record.get("id") or record.get("doc_id") or "").strip()
+        key = url or given_id or (_slug(title) if title else f"line-{lineno}")
+        meta.setdefault(key, (title, url, given_id, lineno))
+        parts.setdefault(key, []).append(text.strip())
+    if not parts:
+        raise CorpusError(f"{path} holds no passages")
+    documents = []
+    used_ids: set[str] = set()
+    for key, texts in parts.items():
+        title, url, given_id, lineno = meta[key]
+        doc_id = given_id or _slug(title) or f"line-{lineno}"
+        base, n = doc_id, 1
+        while doc_id in used_ids:
+            n += 1
+            doc_id = f"{base}-{n}"
+        used_ids.add(doc_id)
+        documents.append(Document(id=doc_id, title=title or doc_id, url=url or CORPUS_SCHEME + doc_id,
+                                  text="\n\n".join(texts)))
+    return documents
+
+
+def _snippet(passage: str) -> str:
+    """A passage as a search snippet: Markdown heading marks dropped (the title is shown anyway)."""
+    return "\n".join(_MD_HEADING.sub(r"\1", line) for line in passage.splitlines())
+
+
+class LocalCorpus:
+    """Documents split into passages, with BM25 + FAISS (``HybridIndex``) over the passages."""
+
+    def __init__(self, documents: list[Document], embedder: Embedder, *, passage_words: int = 100,
+                 alpha: float = 0.5, source: str = ""):
+        if not documents:
+            raise CorpusError("a corpus needs at least one document")
+        self.documents = list(documents)
+        self.embedder = embedder
+        self.alpha = alpha
+        self.source = source
+        self._passages: list[tuple[int, str]] = []  # passage key -> (document index, passage text)
+        for d, doc in enumerate(self.documents):
+            for passage in split_passages(doc.text, max_words=passage_words):
+                self._passages.append((d, passage))
+        texts = [f"{self.documents[d].title}\n{p}" for d, p in self._passages]
+        vectors = embedder.embed(texts)
+        self.index = HybridIndex(embedder.dim)
+        for key, (text, vector) in enumerate(zip(texts, vectors)):
+            self.index.add(str(key), text, vector)
+        self._lookup = self._build_lookup()
+
+    @classmethod
+    def load(cls, path: str | Path, embedder: Embedder, **kwargs) -> "LocalCorpus":
+        """A corpus from a folder of documents or a JSONL file of passages (see the module docstring)."""
+        path = Path(path).expanduser()
+        if path.is_dir():
+            documents = _load_folder(path)
+        elif path.is_file() and path.suffix.lower() in {".jsonl", ".ndjson"}:
+            documents = _load_jsonl(path)
+        elif path.is_file():
+            raise CorpusError(f"{path} is neither a folder nor a .jsonl file of passages")
+        else:
+            raise CorpusError(f"no corpus at {path}")
+        return cls(documents, embedder, source=str(path), **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.documents)
+
+    @property
+    def passage_count(self) -> int:
+        return len(self._passages)
+
+    def _build_lookup(self) -> dict[str, int]:
+        """Every name a document can be asked for by (url, id, corpus:// id, title, file stem), lower-cased."""
+        lookup: dict[str, int] = {}
+        ambiguous: set[str] = set()
+        for d, doc in enumerate(self.documents):
+            names = {doc.url, doc.id, CORPUS_SCHEME + doc.id, doc.title, doc.url.rstrip("/")}
+            stem = doc.id.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+            names |= {stem, CORPUS_SCHEME + stem}
+            for name in names:
+                name = name.lower()
+                if name in lookup and lookup[name] != d:
+                    ambiguous.add(name)
+                lookup.setdefault(name, d)
+        # Exact urls and ids always win; a title or stem shared by two documents names neither.
+        for d, doc in enumerate(self.documents):
+            for name in (doc.url, doc.id, CORPUS_SCHEME + doc.id):
+                lookup[name.lower()] = d
+                ambiguous.discard(name.lower())
+        for name in ambiguous:
+            lookup.pop(name, None)
+        return lookup
+
+    def document(self, url_or_id: str) -> Document | None:
+        """The document named by a corpus:// URL, its own URL, its id, its title or its file name."""
+        ref = str(url_or_id).strip().strip("<>\"'`").strip()
+        while ref.endswith(")") and ref.count("(") < ref.count(")"):
+            ref = ref[:-1]
+        for candidate in (ref, unquote(ref), ref.rstrip("/")):
+            d = self._lookup.get(candidate.lower())
+            if d is not None:
+                return self.documents[d]
+        return None
+
+    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]:
+        """The ``k`` best documents for ``query``, each with its best-matching passage as the snippet."""
+        if k <= 0 or not query.strip():
+            return []
+        vector = self.embedder.embed([query])[0]
+        results: list[SearchResult] = []
+        seen: set[int] = set()
+        depth = 4 * k
+        while True:
+            ranked = self.index.rank(vector, query, k=depth, alpha=self.alpha)
+            for key, _score in ranked:
+                d, passage = self._passages[int(key)]
+                if d in seen:
+                    continue
+                seen.add(d)
+                doc = self.documents[d]
+                results.append(SearchResult(title=doc.title, url=doc.url, snippet=_snippet(passage)))
+                if len(results) == k:
+                    return results
+            if depth >= len(self.index):
+                return results
+            depth *= 4
+            results.clear()
+            seen.clear()
