@@ -1,9 +1,44 @@
-"""The ``amb`` command: parses, configures and calls the library; no logic of its own."""
+"""The ``amb`` command: parses, configures and calls the library; no logic of its own.
+
+Heavy libraries (DSPy, torch, FAISS, sentence-transformers) are imported inside commands, so that
+``amb --help`` answers at once.
+"""
+
 from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
 
 import typer
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
+
+
+def _fail(message: str, code: int = 1) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    """Errors that mean bad input or configuration: reported in one line, without a traceback."""
+    from amb_dspy.adapter import InputError
+    from amb_dspy.retrieval.embedding import EmbeddingError
+    from amb_dspy.storage.bank_file import BankFileError
+
+    errors: list[type[BaseException]] = [InputError, BankFileError, EmbeddingError, FileNotFoundError]
+    for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
+                         ("amb_dspy.tools.corpus", "CorpusError")):
+        try:
+            errors.append(getattr(__import__(module, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            pass
+    return tuple(errors)
 
 
 @app.command()
@@ -12,6 +47,61 @@ def version() -> None:
     from amb_dspy import __version__
 
     typer.echo(f"amb-dspy {__version__}")
+
+
+@app.command()
+def run(
+    task: str = typer.Argument(..., help="what the agent should do or answer"),
+    context_file: Optional[Path] = typer.Option(None, "--context-file", help="long text given with the task"),
+    image: list[Path] = typer.Option([], "--image", help="an image attached to the task (repeatable)"),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
+    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+    export: Optional[Path] = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
+    max_loops: Optional[int] = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+) -> None:
+    """Answer a task with the memory bank; the answer is printed last."""
+    from rich.console import Console
+
+    from amb_dspy.config import AmbConfig
+
+    console = Console(stderr=True)
+    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops}.items() if v is not None}
+    try:
+        config = AmbConfig(**overrides)
+        from amb_dspy.bank import MemoryBank, read_context_file
+
+        context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
+        with console.status("loading the memory bank...") as status:
+
+            def show(event) -> None:
+                status.update(
+                    f"[bold]{event.phase}[/] loop {event.loop} | nodes {event.nodes} edges {event.edges} "
+                    f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
+                    + (f" | {event.message[:60]}" if event.message else "")
+                )
+
+            bank = MemoryBank(config, compiled=compiled, progress=show)
+            if bank.notice:
+                console.print(f"[yellow]{bank.notice}[/]")
+            result = bank.run(task, context=context, images=list(image))
+    except _expected_errors() as exc:
+        _fail(_one_line(exc))
+    except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
+        if os.environ.get("AMB_DEBUG"):
+            raise
+        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+    if export:
+        bank.export(export)
+        console.print(f"bank exported to {export}")
+    for agent, usage in result.usage.items():
+        console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
+                      f"completion {usage['completion_tokens']:>6}")
+    console.print(f"termination: {result.termination}; loops {result.loops}; "
+                  f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
+    for error in result.errors:
+        console.print(f"[dim]note: {error}[/]")
+    typer.echo(result.answer or "(no answer)")
 
 
 if __name__ == "__main__":

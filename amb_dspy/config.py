@@ -54,6 +54,9 @@ class AmbConfig(BaseSettings):
     planning_window: int = 8000
     chunk_ratio: float = Field(0.9, gt=0.0, le=1.0)
 
+    # --- input limits ------------------------------------------------------------------------
+    max_context_bytes: int = Field(1_000_000, ge=1, description="largest context a task may bring")
+
     # --- bank loop caps ----------------------------------------------------------------------
     max_loops: int = Field(8, ge=1, description="execution-loop iterations before the bank stops")
     max_lm_calls: int = Field(400, ge=1, description="LM calls per run before the bank stops")

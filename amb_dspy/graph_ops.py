@@ -51,7 +51,8 @@ class MemoryStore:
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
-    def _transaction(self):
+    def transaction(self):
+        """Group several operations into one change: all of them happen, or none."""
         if self._undo is not None:  # nested call: the outer transaction owns the undo log
             yield
             return
@@ -126,7 +127,7 @@ class MemoryStore:
             )
             for d, vector in zip(drafts, vectors)
         ]
-        with self._transaction():
+        with self.transaction():
             for node in nodes:
                 self._insert(node)
         return nodes
@@ -136,18 +137,18 @@ class MemoryStore:
 
     def delete_node(self, node_id: str) -> None:
         """Remove a node, its edges and its index entries. Its interaction entries stay in the tree."""
-        with self._transaction():
+        with self.transaction():
             self.graph.node(node_id)
             self._remove(node_id)
             self._snapshot_tree_index()
             self.tree.unlink_node(node_id)
 
     def add_edge(self, a: str, b: str) -> bool:
-        with self._transaction():
+        with self.transaction():
             return self._link(a, b)
 
     def remove_edge(self, a: str, b: str) -> None:
-        with self._transaction():
+        with self.transaction():
             self._unlink(a, b)
 
     def neighbours(self, node_id: str) -> list[QueryGraphNode]:
@@ -160,7 +161,7 @@ class MemoryStore:
         ids = list(updates)
         texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
         vectors = self._embed(texts) if ids else []
-        with self._transaction():
+        with self.transaction():
             for node_id, vector in zip(ids, vectors):
                 self._set_context(node_id, updates[node_id], vector)
 
@@ -174,7 +175,7 @@ class MemoryStore:
         ids = list(updates)
         texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
         vectors = self._embed(texts) if ids else []
-        with self._transaction():
+        with self.transaction():
             self._link(node_id, other_id)
             for nid, vector in zip(ids, vectors):
                 self._set_context(nid, updates[nid], vector)
@@ -184,7 +185,7 @@ class MemoryStore:
         node_ids = list(node_ids)
         for node_id in node_ids:
             self.graph.node(node_id)
-        with self._transaction():
+        with self.transaction():
             self.tree.add_entry(entry)
             self._did(lambda: self.tree._undo_add_entry(entry.entry_id))
             for node_id in node_ids:
@@ -196,7 +197,7 @@ class MemoryStore:
         node_ids = list(node_ids)
         for node_id in node_ids:
             self.graph.node(node_id)
-        with self._transaction():
+        with self.transaction():
             self._snapshot_tree_index()
             for node_id in node_ids:
                 self.tree.link(node_id, entry_id)
@@ -229,7 +230,7 @@ class MemoryStore:
             embedding=vectors[0], timestamp=now(),
         )
         event = MergeEvent(merged_node_ids=tuple(old_ids), new_node_id=new.id, description=description)
-        with self._transaction():
+        with self.transaction():
             self._insert(new)
             for neighbour in inherited:
                 self._link(new.id, neighbour)
