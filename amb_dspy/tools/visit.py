@@ -122,7 +122,7 @@ class VisitTool:
         if not url:
             return "Error: no url given; pass a url from the search results."
         try:
-            title, text = self.read(url)
+            url, title, text = self.read(url)
         except VisitError as exc:
             return f"Error: {exc}"
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
@@ -132,12 +132,16 @@ class VisitTool:
         return self.extract(url, title, text, goal)
 
     # --- reading -----------------------------------------------------------------------------
-    def read(self, url: str) -> tuple[str, str]:
-        """``(title, text)`` of a corpus document or a web page; raises :class:`VisitError`."""
+    def read(self, url: str) -> tuple[str, str, str]:
+        """``(url, title, text)`` of a corpus document or a web page; raises :class:`VisitError`.
+
+        The url returned is the document's own for a corpus document (the caller may have named
+        it by title or id), else the one given.
+        """
         if self.corpus is not None:
             doc = self.corpus.document(url)
             if doc is not None:
-                return doc.title, doc.text
+                return doc.url, doc.title, doc.text
         scheme = urlsplit(url).scheme.lower()
         if scheme == "corpus":
             hint = "" if self.corpus is not None else " (no local corpus is loaded)"
@@ -146,13 +150,13 @@ class VisitTool:
             raise VisitError(f"cannot visit {url!r}: only http(s) URLs and documents of the local corpus can be visited")
         if self.jina_api_key:
             try:
-                return self._via_jina(url)
+                return (url, *self._via_jina(url))
             except VisitError as jina_error:
                 try:
-                    return self._direct(url)
+                    return (url, *self._direct(url))
                 except VisitError as exc:
                     raise VisitError(f"{exc} (Jina Reader failed too: {jina_error})") from None
-        return self._direct(url)
+        return (url, *self._direct(url))
 
     def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes, str, str | None, bool]:
         """Stream a GET: ``(body, media type, charset, truncated)``, stopping at the size cap and deadline."""
