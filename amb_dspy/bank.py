@@ -275,7 +275,7 @@ class MemoryBank:
         self._emit("execute", state, f"{kind.value}: {doc.current_task or doc.task_goal}")
         images = None
         if kind is TaskKind.IMAGE:
-            images = [dspy.Image(str(i.temp_path)) for i in self.memory_adapter.pending_images(state.doc_id)]
+            images = [dspy.Image.from_path(str(i.temp_path)) for i in self.memory_adapter.pending_images(state.doc_id)]
         prompt = self.memory_adapter.enhance_prompt(doc)
         from amb_dspy.lm import LMCallCapReached
 

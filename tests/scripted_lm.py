@@ -93,7 +93,7 @@ class _ScriptedEngine:
         if request.system is not None:
             system = request.system if isinstance(request.system, str) else "".join(p.text for p in request.system)
             messages.append({"role": "system", "content": system})
-        messages.extend({"role": m.role, "content": m.text or ""} for m in request.messages)
+        messages.extend({"role": m.role, "content": _message_text(m)} for m in request.messages)
         reply, prompt_text = self.owner._respond(messages)
         return Response(
             id=None, model="scripted", message=Message.assistant([TextPart(reply)]), finish_reason="stop",
@@ -165,6 +165,17 @@ class ScriptedLM(dspy.LM):
         if self._default is not None:
             return "default", self._default
         raise ScriptError(f"no script for a prompt asking for {sorted(output_fields)}")
+
+
+def _message_text(message) -> str:
+    """A message's text, with each image part shown as ``[image: <media type>]`` so tests can see it."""
+    pieces = []
+    for part in message.parts:
+        if getattr(part, "type", "") == "image":
+            pieces.append(f"[image: {part.media_type}]")
+        else:
+            pieces.append(getattr(part, "text", "") or "")
+    return "".join(pieces)
 
 
 def _parse_inputs(user_message: str) -> dict[str, str]:
