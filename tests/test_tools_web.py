@@ -242,6 +242,15 @@ def test_visit_serves_corpus_documents_without_network(tmp_path, embedder):
     assert "(no local corpus is loaded)" in no_corpus
 
 
+def test_visit_serves_a_jsonl_passage_by_its_web_url_offline(tmp_path, embedder):
+    path = tmp_path / "passages.jsonl"
+    path.write_text(json.dumps({"title": "Weir", "text": "Fennick Weir marks the tidal limit.",
+                                "url": "http://127.0.0.1:9/weir"}) + "\n")
+    tool = VisitTool(_config(http_timeout_s=1), corpus=LocalCorpus.load(path, embedder), extractor=RecordingExtractor())
+    out = tool("http://127.0.0.1:9/weir", "tidal limit")  # nothing listens on port 9: only the corpus can answer
+    assert out == "Content of http://127.0.0.1:9/weir (Weir):\nFennick Weir marks the tidal limit."
+
+
 def test_visit_uses_jina_reader_with_the_key_when_set(base, server):
     tool = VisitTool(_config(jina_api_key="jina-key-7"), extractor=RecordingExtractor(), jina_endpoint=f"{base}/jina/")
     out = tool("https://example.org/article", "anything")
