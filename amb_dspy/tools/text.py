@@ -43,6 +43,7 @@ def html_to_text(html: str | bytes, encoding: str | None = None) -> tuple[str, s
         block.insert_before("\n\n")
         block.insert_after("\n\n")
     text = normalize_whitespace(soup.get_text())
+    text = re.sub(r"\n\n(?=- )", "\n", text)  # list items on consecutive lines
     if not title:
         heading = soup.find("h1")
         title = " ".join(heading.get_text(" ").split()) if heading else ""
