@@ -69,5 +69,10 @@ class BankQA(dspy.Module):
             embedder=self._embedder.value,
             corpus=self._corpus.value,
         )
-        result = bank.run(task=question, context=context)
+        try:
+            result = bank.run(task=question, context=context)
+        finally:
+            # The bank meters its LMs with a callback; the LM outlives this bank, its meter must not.
+            for lm in bank.lms.all():
+                lm.callbacks[:] = [c for c in lm.callbacks if c is not bank.meter]
         return dspy.Prediction(answer=result.answer, termination=result.termination, errors=list(result.errors))

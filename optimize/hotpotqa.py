@@ -113,12 +113,17 @@ class HotpotQAItem(BaseModel):
 
     @property
     def supporting_sentences(self) -> list[str]:
-        out = []
-        for fact in self.supporting_facts:
-            paragraph = self.paragraph(fact.title)
-            if paragraph is not None and fact.sent_id < len(paragraph.sentences):
-                out.append(paragraph.sentences[fact.sent_id].strip())
-        return out
+        return [s for title in self.gold_titles for s in self.supporting_sentences_of(title)]
+
+    def supporting_sentences_of(self, title: str) -> list[str]:
+        """The supporting sentences of the paragraph ``title`` (indices out of range are skipped)."""
+        paragraph = self.paragraph(title)
+        if paragraph is None:
+            return []
+        return [
+            paragraph.sentences[f.sent_id].strip()
+            for f in self.supporting_facts if f.title == title and f.sent_id < len(paragraph.sentences)
+        ]
 
     def context_text(self, paragraphs: list[Paragraph] | None = None) -> str:
         """Paragraphs as plain text, one per block, each headed by its title."""

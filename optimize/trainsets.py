@@ -12,7 +12,8 @@ and whose other fields are what the matching metric in :mod:`optimize.metrics` c
 * analysis -- ``new_node`` is a gold paragraph; the candidates are the other gold paragraph of a bridge
   question (related), a distractor that shares no entity with it (unrelated) and a copy of the paragraph
   with one fact altered -- a year, another number or a name (conflict). ``relations`` maps candidate ids to
-  the expected relationship. Candidate order is shuffled so that position tells nothing.
+  the expected relationship (``alteration`` is ``[original value, altered value]``). Candidate order is
+  shuffled so that position tells nothing.
 * integration -- the paragraph and its altered copy are the nodes to merge, the original paragraph is the
   validation result; ``kept`` is the original value and ``dropped`` the altered one.
 * planning and all -- the whole bank answers ``question`` from ``context`` (all paragraphs); ``answer``
@@ -23,6 +24,7 @@ Everything is deterministic for a given seed.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -55,10 +57,11 @@ _NAME = re.compile(r"\b[A-Z][a-z][\w'-]*(?:\s+[A-Z][a-z][\w'-]*){1,2}\b")
 _NUMBER = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(?![\w,.]\d|\w)")
 
 
-def entity_words(text: str) -> set[str]:
+@functools.lru_cache(maxsize=8192)
+def entity_words(text: str) -> frozenset[str]:
     """Lower-cased capitalised words and numbers of ``text``: a cheap stand-in for its named entities."""
     words = {w.lower() for w in _CAPITALISED.findall(text)} | set(_NUMBER.findall(text))
-    return {w for w in words if w not in _NOT_ENTITIES and len(w) > 1}
+    return frozenset(w for w in words if w not in _NOT_ENTITIES and len(w) > 1)
 
 
 def shares_entity(a: Paragraph, b: Paragraph) -> bool:
@@ -104,13 +107,16 @@ def alter_fact(paragraph: Paragraph, prefer: Sequence[str], names: Sequence[str]
     def numbers(scope: str) -> list[tuple[str, Callable[[], str]]]:
         return [(v, lambda v=v: _altered_number(v, rng)) for v in dict.fromkeys(_NUMBER.findall(scope))]
 
+    def other_name(words: int) -> str:
+        pool = [n for n in names if len(n.split()) == words]
+        for _ in range(20):  # the pool is large; a few draws find a name the text does not mention
+            if pool and not mentions(text, name := rng.choice(pool)):
+                return name
+        return ""
+
     def swapped_names(scope: str) -> list[tuple[str, Callable[[], str]]]:
-        out = []
-        for span in _names(scope):
-            pool = [n for n in names if len(n.split()) == len(span.split()) and not mentions(text, n)]
-            if pool and not entity_words(span) & title_words:
-                out.append((span, lambda pool=pool: rng.choice(pool)))
-        return out
+        spans = [s for s in _names(scope) if not entity_words(s) & title_words]
+        return [(span, lambda span=span: other_name(len(span.split()))) for span in spans]
 
     for kind in (years, numbers, swapped_names):
         for scope in scopes:
@@ -118,6 +124,8 @@ def alter_fact(paragraph: Paragraph, prefer: Sequence[str], names: Sequence[str]
             rng.shuffle(candidates)
             for old, make_new in candidates:
                 new = make_new()
+                if not new:
+                    continue
                 altered = _replace_value(text, old, new)
                 if not mentions(text, new) and mentions(altered, new) and not mentions(altered, old):
                     return altered, old, new
@@ -204,7 +212,7 @@ def analysis_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> list
         unrelated = unrelated or [p for p in everything if p.title not in {g.title for g in gold} and not shares_entity(paragraph, p)]
         if unrelated:
             candidates.append((node_for(rng.choice(unrelated)), "unrelated", "it shares no entity or topic with the new node"))
-        prefer = [s for f, s in zip(item.supporting_facts, item.supporting_sentences) if f.title == paragraph.title]
+        prefer = item.supporting_sentences_of(paragraph.title)
         alteration = alter_fact(paragraph, prefer, names, rng)
         if alteration is not None:
             altered, old, new = alteration
@@ -220,6 +228,7 @@ def analysis_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> list
                 candidates=nodes,
                 relations={node_id: label for node_id, (_, label, _) in zip(ids, candidates)},
                 reasons={node_id: why for node_id, (_, _, why) in zip(ids, candidates)},
+                alteration=list(alteration[1:]) if alteration else None,
             ).with_inputs("new_node", "candidates")
         )
     return examples
@@ -233,7 +242,7 @@ def integration_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> l
         if not gold:
             continue
         paragraph = gold[0]
-        prefer = [s for f, s in zip(item.supporting_facts, item.supporting_sentences) if f.title == paragraph.title]
+        prefer = item.supporting_sentences_of(paragraph.title)
         alteration = alter_fact(paragraph, prefer, names, rng)
         if alteration is None:
             continue

@@ -1,0 +1,114 @@
+"""What ``amb optimize`` and ``amb eval`` do once their flags are parsed: build the LMs, run, print.
+
+The CLI stays a thin layer of typer options over these two functions. LMs are chosen exactly as
+``amb run`` chooses them: ``--lm`` (a DSPy model string, ``local`` or ``gguf:PATH``) or the configured
+default, falling back to the embedded model with a one-line notice when the default hosted model has no
+key. Expected problems (bad data path, unknown agent, foreign manifest, LM that cannot be built) raise
+``ValueError`` subclasses or ``CompiledError`` with one-line messages, for the CLI to print.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from amb_dspy.config import AmbConfig
+
+
+def _build_lms(config: AmbConfig, teacher: str | None) -> tuple[Any, str, Any, str | None, str | None]:
+    from amb_dspy.lm import build_lm, resolve_lm_spec
+
+    spec, notice = resolve_lm_spec(config)
+    lm = build_lm(spec, config)
+    teacher_lm = build_lm(teacher, config) if teacher else None
+    return lm, spec, teacher_lm, (teacher.strip() if teacher else None), notice
+
+
+def optimize_command(
+    *,
+    agent: str,
+    train: str = "hotpotqa",
+    optimizer: str = "bootstrap",
+    n: int | None = None,
+    out: Path = Path("compiled"),
+    lm: str | None = None,
+    teacher_lm: str | None = None,
+    config: AmbConfig | None = None,
+    console: Any = None,
+) -> Any:
+    """``amb optimize``: compile ``agent`` and print the scores before and after; returns the result."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from optimize.runner import optimize_agents
+
+    console = console or Console(stderr=True)
+    config = config or AmbConfig(**({"lm": lm} if lm else {}))
+    task_lm, spec, teacher, teacher_spec, notice = _build_lms(config, teacher_lm)
+    if notice:
+        console.print(f"[yellow]{notice}[/]")
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        result = optimize_agents(
+            agent, train, lm=task_lm, teacher_lm=teacher, optimizer=optimizer, n=n, out=out, config=config,
+            lm_name=spec, teacher_name=teacher_spec, progress=progress,
+        )
+    console.print(
+        f"{', '.join(result.agents)}: {result.metric} {result.score_before:.3f} -> {result.score_after:.3f} "
+        f"on {result.dev_size} held-out examples ({result.train_size} for training); {result.seconds:.0f} s"
+    )
+    console.print(f"saved to {result.out} (manifest: {result.manifest})")
+    return result
+
+
+def eval_command(
+    *,
+    dataset: str = "hotpotqa",
+    n: int | None = 20,
+    mode: str = "bank",
+    compiled: Path | None = None,
+    corpus: bool = False,
+    lm: str | None = None,
+    config: AmbConfig | None = None,
+    console: Any = None,
+    echo: Any = print,
+) -> Any:
+    """``amb eval``: one line per question and a table of means on ``console`` (stdout by default), then a
+    final JSON line of the means through ``echo``; returns the report."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from optimize.evaluate import run_eval
+
+    console = console or Console()
+    config = config or AmbConfig(**({"lm": lm} if lm else {}))
+    task_lm, spec, _, _, notice = _build_lms(config, None)
+    if notice:
+        console.print(f"[yellow]{notice}[/]")
+
+    def show(result) -> None:
+        status = f" [red]{result.error}[/]" if result.error else ""
+        console.print(
+            f"{result.id}  EM {result.em:.0f}  F1 {result.f1:.2f}  calls {result.calls:>3}  "
+            f"prompt {result.prompt_tokens:>6}  completion {result.completion_tokens:>5}  {result.seconds:6.1f} s  "
+            f"[dim]{result.prediction[:40]!r} vs {result.gold[:40]!r}[/]{status}",
+            markup=True, highlight=False,
+        )
+
+    with console.status(f"answering with the {mode} mode..."):
+        report = run_eval(
+            dataset, lm=task_lm, n=n, mode=mode, compiled=compiled, corpus=corpus, config=config,
+            lm_name=spec, on_result=show,
+        )
+    means = report.means()
+    table = Table(title=f"{mode} on {dataset} ({means['n']} questions)")
+    for column in ("EM", "F1", "LM calls", "prompt tokens", "completion tokens", "seconds", "errors"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{means['em']:.3f}", f"{means['f1']:.3f}", f"{means['calls']:.1f}", f"{means['prompt_tokens']:.0f}",
+        f"{means['completion_tokens']:.0f}", f"{means['seconds']:.1f}", str(means["errors"]),
+    )
+    console.print(table)
+    echo(json.dumps({"dataset": dataset, "model": spec, "compiled": report.compiled, "corpus": corpus, **means}))
+    return report
