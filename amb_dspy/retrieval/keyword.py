@@ -34,23 +34,34 @@ def tokenize(text: str) -> list[str]:
 
 
 class _Postings:
-    """One term's documents; numpy views are rebuilt lazily after a change."""
+    """One term's documents as growable numpy arrays: no rebuild after a change.
 
-    __slots__ = ("tf", "_keys", "_tfs")
+    Removal swaps the last entry into the freed place; finding it is one vectorised comparison.
+    """
+
+    __slots__ = ("keys", "tfs", "size")
 
     def __init__(self) -> None:
-        self.tf: dict[int, int] = {}
-        self._keys: np.ndarray | None = None
-        self._tfs: np.ndarray | None = None
+        self.keys = np.empty(4, dtype=np.int64)
+        self.tfs = np.empty(4, dtype=np.float64)
+        self.size = 0
+
+    def add(self, key: int, tf: int) -> None:
+        if self.size == len(self.keys):
+            self.keys = np.concatenate([self.keys, np.empty_like(self.keys)])
+            self.tfs = np.concatenate([self.tfs, np.empty_like(self.tfs)])
+        self.keys[self.size] = key
+        self.tfs[self.size] = tf
+        self.size += 1
+
+    def remove(self, key: int) -> None:
+        where = int(np.flatnonzero(self.keys[: self.size] == key)[0])
+        last = self.size - 1
+        self.keys[where], self.tfs[where] = self.keys[last], self.tfs[last]
+        self.size = last
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        if self._keys is None:
-            self._keys = np.fromiter(self.tf.keys(), dtype=np.int64, count=len(self.tf))
-            self._tfs = np.fromiter(self.tf.values(), dtype=np.float64, count=len(self.tf))
-        return self._keys, self._tfs
-
-    def changed(self) -> None:
-        self._keys = self._tfs = None
+        return self.keys[: self.size], self.tfs[: self.size]
 
 
 class BM25Index:
@@ -90,9 +101,12 @@ class BM25Index:
             postings = self._postings.get(term)
             if postings is None:
                 postings = self._postings[term] = _Postings()
-            postings.tf[key] = tf
-            postings.changed()
+            postings.add(key, tf)
         self._version += 1
+
+    def tokens(self, key: int) -> list[str]:
+        """The document's tokens (grouped by term: BM25 depends only on the counts)."""
+        return list(self._doc_terms[key].elements())
 
     def remove(self, key: int) -> None:
         counts = self._doc_terms.pop(key)
@@ -100,10 +114,8 @@ class BM25Index:
         self._doc_len[key] = 0.0
         for term in counts:
             postings = self._postings[term]
-            del postings.tf[key]
-            if postings.tf:
-                postings.changed()
-            else:
+            postings.remove(key)
+            if not postings.size:
                 del self._postings[term]
         self._version += 1
 
@@ -114,7 +126,7 @@ class BM25Index:
         """rank_bm25 replaces negative idfs by epsilon * (mean idf over the whole vocabulary)."""
         if self._eps_cache is None or self._eps_cache[0] != self._version:
             n = len(self._doc_terms)
-            df = np.fromiter((len(p.tf) for p in self._postings.values()), dtype=np.float64, count=len(self._postings))
+            df = np.fromiter((p.size for p in self._postings.values()), dtype=np.float64, count=len(self._postings))
             mean_idf = float(np.mean(np.log(n - df + 0.5) - np.log(df + 0.5))) if len(df) else 0.0
             self._eps_cache = (self._version, self.epsilon * mean_idf)
         return self._eps_cache[1]
@@ -130,7 +142,7 @@ class BM25Index:
             postings = self._postings.get(term)
             if postings is None:
                 continue
-            idf = self._idf(len(postings.tf), n)
+            idf = self._idf(postings.size, n)
             if idf < 0:
                 idf = self._epsilon_idf()
             keys, tfs = postings.arrays()
