@@ -2,10 +2,11 @@
 
 :class:`HybridIndex` ranks documents exactly as the spec's formula over *all* documents would, but
 without computing the cosine of every document in Python. It takes the ``m`` best documents by
-cosine (FAISS) and the ``m`` best by BM25 (BM25 is already a dense vector), rescores that union
-exactly, and stops when no document outside the union can beat the k-th result: such a document
-scores at most ``alpha * bm25_m + (1 - alpha) * cos_m``, the ``m``-th values of each list. If the
-bound is not met, ``m`` doubles (the threshold algorithm of Fagin et al.).
+cosine (a FAISS scan) and the ``m`` best by BM25 (BM25 is already a dense vector), rescores that
+union exactly, and stops when no document outside the union can beat the k-th result: such a
+document scores at most ``alpha * bm25_m + (1 - alpha) * (cos_m + e)``, the ``m``-th values of each
+list, ``e`` being the error bound of FAISS's half-precision scan. If the bound is not met, ``m``
+grows (the threshold algorithm of Fagin et al.).
 
 :func:`retrieve` adds the graph part: top-k, one hop of neighbours, newest first.
 """
@@ -20,7 +21,7 @@ from amb_dspy.retrieval.keyword import BM25Index, tokenize
 from amb_dspy.retrieval.vector import VectorIndex
 from amb_dspy.storage.query_graph import QueryGraph, QueryGraphNode
 
-_MIN_POOL = 32
+_MIN_POOL = 256
 
 
 class HybridIndex:
@@ -56,32 +57,64 @@ class HybridIndex:
             raise KeyError(f"{doc_id!r} is already indexed")
         vector = self._vector(vector)
         tokens = tokenize(text)
-        key = self._free.pop() if self._free else self._next_key
-        if key == self._next_key:
-            self._next_key += 1
+        key = self._free[-1] if self._free else self._next_key
         if key >= len(self._alive):
             self._alive = np.concatenate([self._alive, np.zeros(len(self._alive), dtype=bool)])
-        self.vector.add(np.array([key]), vector[None, :])
-        self.keyword.add(key, tokens)
+        self._put(key, tokens, vector)
+        if self._free:
+            self._free.pop()
+        else:
+            self._next_key += 1
         self._key_of[doc_id] = key
         self._id_of[key] = doc_id
         self._alive[key] = True
 
     def remove(self, doc_id: str) -> None:
-        key = self._key_of.pop(doc_id)
+        key = self._key_of[doc_id]
+        self._take(key)
+        del self._key_of[doc_id]
         del self._id_of[key]
-        self.vector.remove(np.array([key]))
-        self.keyword.remove(key)
         self._alive[key] = False
         self._free.append(key)
 
     def update(self, doc_id: str, text: str, vector: np.ndarray) -> None:
-        vector = self._vector(vector)  # validate before anything is removed
-        self.remove(doc_id)
-        self.add(doc_id, text, vector)
+        """Replace a document's text and vector under the same key; on failure the old one stays."""
+        vector = self._vector(vector)
+        key = self._key_of[doc_id]
+        tokens = tokenize(text)
+        old_tokens, old_vector = self._take(key)
+        try:
+            self._put(key, tokens, vector)
+        except BaseException:
+            self._put(key, old_tokens, old_vector)
+            raise
+
+    # Both indexes change together or not at all, so that a failure (which graph_ops' transactions
+    # roll back) never leaves a document in one index and not the other.
+    def _put(self, key: int, tokens: list[str], vector: np.ndarray) -> None:
+        self.vector.add(np.array([key]), vector[None, :])
+        try:
+            self.keyword.add(key, tokens)
+        except BaseException:
+            self.vector.remove(np.array([key]))
+            raise
+
+    def _take(self, key: int) -> tuple[list[str], np.ndarray]:
+        tokens, vector = self.keyword.tokens(key), self.vector.vectors(np.array([key]))[0]
+        self.vector.remove(np.array([key]))
+        try:
+            self.keyword.remove(key)
+        except BaseException:
+            self.vector.add(np.array([key]), vector[None, :])
+            raise
+        return tokens, vector
 
     def vector_of(self, doc_id: str) -> np.ndarray:
         return self.vector.vectors(np.array([self._key_of[doc_id]]))[0]
+
+    def tokens_of(self, doc_id: str) -> list[str]:
+        """The document's indexed tokens, grouped by term."""
+        return self.keyword.tokens(self._key_of[doc_id])
 
     def rank(
         self,
@@ -110,26 +143,32 @@ class HybridIndex:
         if wanted <= 0:
             return []
 
+        excluded_keys = np.fromiter(excluded, dtype=np.int64, count=len(excluded))
+        # A FAISS search costs about the same for any pool size (it scans every vector), so the
+        # first pool is generous and one round is almost always enough.
         pool = max(_MIN_POOL, 4 * (k + len(excluded)))
         while True:
             pool = min(pool, n)
             cos_keys, cos_vals = self.vector.search(query_vector, pool)
             by_bm25 = np.argpartition(-bm25n_live, pool - 1)[:pool]
             candidates = np.union1d(cos_keys, by_bm25)
-            cos = dict(zip(cos_keys.tolist(), cos_vals.tolist()))
-            unknown = np.array([c for c in candidates.tolist() if c not in cos], dtype=np.int64)
-            if len(unknown):
-                cos.update(zip(unknown.tolist(), (self.vector.vectors(unknown) @ query_vector).tolist()))
-            scored = sorted(
-                ((alpha * float(bm25n[c]) + (1 - alpha) * cos[c], c) for c in candidates.tolist() if c not in excluded),
-                key=lambda sc: (-sc[0], sc[1]),
-            )[:wanted]
-            if pool >= n or len(candidates) >= n:
+            covered = len(candidates)
+            cos = self.vector.inner(candidates, query_vector).astype(np.float64)
+            scores = alpha * bm25n[candidates] + (1 - alpha) * cos
+            if len(excluded_keys):
+                allowed = ~np.isin(candidates, excluded_keys)
+                candidates, scores = candidates[allowed], scores[allowed]
+            best = np.lexsort((candidates, -scores))[:wanted]  # by score, ties by key
+            scored = list(zip(scores[best].tolist(), candidates[best].tolist()))
+            if pool >= n or covered >= n:
                 break
-            bound = alpha * float(bm25n[by_bm25].min()) + (1 - alpha) * float(cos_vals.min())
+            # No document outside the candidates has a BM25 above the pool's lowest or a cosine
+            # above the pool's lowest (widened by the half-precision scan's error).
+            cos_bound = float(cos_vals.min()) + self.vector.search_error(query_vector)
+            bound = alpha * float(bm25n[by_bm25].min()) + (1 - alpha) * cos_bound
             if len(scored) == wanted and scored[-1][0] >= bound:
                 break
-            pool *= 2
+            pool *= 4
         return [(self._id_of[c], score) for score, c in scored]
 
 
