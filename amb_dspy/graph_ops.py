@@ -48,6 +48,7 @@ class MemoryStore:
         self.tree = InteractionTree()
         self.index = HybridIndex(embedder.dim)
         self._undo: list[Callable[[], None]] | None = None
+        self._order_saved = False
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -57,6 +58,7 @@ class MemoryStore:
             yield
             return
         self._undo = []
+        self._order_saved = False
         try:
             yield
         except BaseException:
@@ -89,12 +91,27 @@ class MemoryStore:
         return added
 
     def _unlink(self, a: str, b: str) -> None:
-        if self.graph.remove_edge(a, b):
-            self._did(lambda: self.graph.add_edge(a, b))
+        node_a, node_b = self.graph.node(a), self.graph.node(b)
+        if b not in node_a.links:
+            return
+        # The undo puts each id back where it was, so a rolled-back node compares equal to before.
+        i, j = node_a.links.index(b), node_b.links.index(a)
+        self.graph.remove_edge(a, b)
+        self._did(lambda: (node_a.links.insert(i, b), node_b.links.insert(j, a)))
+
+    def _restore_order(self, order: list[str]) -> None:
+        nodes = self.graph.nodes_dict
+        items = [(node_id, nodes[node_id]) for node_id in order if node_id in nodes]
+        nodes.clear()
+        nodes.update(items)
 
     def _remove(self, node_id: str) -> None:
         for other in list(self.graph.node(node_id).links):
             self._unlink(node_id, other)
+        if not self._order_saved:  # re-added nodes must also get their old place in the graph's order
+            order = list(self.graph.nodes_dict)
+            self._did(lambda: self._restore_order(order))
+            self._order_saved = True
         node = self.graph.nodes_dict.pop(node_id)
         self._did(lambda: self.graph.nodes_dict.__setitem__(node_id, node))
         self.index.remove(node_id)
