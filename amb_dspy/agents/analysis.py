@@ -23,7 +23,7 @@ from typing import Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import MemoryAgent, dedupe, logger
+from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
 from amb_dspy.agents.chunking import pack
 
 RelationshipKind = Literal["conflict", "related", "unrelated"]
@@ -79,8 +79,8 @@ class Judgement(BaseModel):
     conflict_description: str = Field("", description="conflict only: which claims contradict each other")
     context_update_new: str = Field("", description="related only: the new node's context, mentioning the link")
     context_update_existing: str = Field("", description="related only: the candidate's context, mentioning the link")
-    keywords_update_new: list[str] = Field(default_factory=list, description="related only: the new node's keywords")
-    keywords_update_existing: list[str] = Field(default_factory=list, description="related only: the candidate's keywords")
+    keywords_update_new: LMKeywords = Field(default_factory=list, description="related only: the new node's keywords")
+    keywords_update_existing: LMKeywords = Field(default_factory=list, description="related only: the candidate's keywords")
 
 
 class AnalyzeRelationships(dspy.Signature):
@@ -133,10 +133,12 @@ class AnalysisAgent(MemoryAgent):
         shown = [_candidate_brief(n, c) for n, c in enumerate(group, 1)]
         prediction = self.call(self.analyze, new_node=brief, candidates=shown)
         verdicts: dict[str, Judgement] = {}
+        unknown = [j.candidate for j in prediction.relationships or [] if j.candidate not in by_number]
+        if unknown:
+            logger.warning("analysis: dropped judgements on unknown candidate number(s) %s", sorted(set(unknown)))
         for judgement in prediction.relationships or []:
             node_id = by_number.get(judgement.candidate)
             if node_id is None:
-                logger.warning("analysis: dropped a judgement on unknown candidate number %s", judgement.candidate)
                 continue
             known = verdicts.get(node_id)
             if known is None or PRIORITY[judgement.relationship] < PRIORITY[known.relationship]:

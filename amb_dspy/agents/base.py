@@ -25,7 +25,7 @@ import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import dspy
 import pydantic
@@ -36,6 +36,12 @@ from amb_dspy.config import AgentName, AmbConfig
 from amb_dspy.lm import prompt_budget
 
 logger = logging.getLogger("amb_dspy.agents")
+
+# Keywords as the LM writes them. maxItems is a hint in the JSON schema only, not validated: it becomes
+# part of the llama.cpp grammar, which stops a small model repeating keywords until max_tokens runs out,
+# while a hosted LM that writes nine keywords is not failed for it.
+KEYWORDS_MAX = 8
+LMKeywords = Annotated[list[str], pydantic.Field(json_schema_extra={"maxItems": KEYWORDS_MAX})]
 
 # The least room an agent accepts for its variable input after instructions and demos.
 MIN_INPUT_BUDGET = 64

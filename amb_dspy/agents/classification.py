@@ -22,7 +22,7 @@ from __future__ import annotations
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
+from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
 from amb_dspy.agents.chunking import TokenCounter, pack, segment
 from amb_dspy.config import AmbConfig
 
@@ -43,7 +43,7 @@ class SegmentGroup(BaseModel):
     """A topic: what it is about, and the numbers of the segments on it."""
 
     context: str = Field(description="one sentence naming the topic")
-    keywords: list[str] = Field(description="three to six keywords")
+    keywords: LMKeywords = Field(description="three to six keywords")
     segments: list[int] = Field(description="the numbers of the segments on this topic")
 
 
@@ -130,12 +130,16 @@ class ClassificationAgent(MemoryAgent):
             return [(context, keywords or fallback_kws, everything)]
 
         owner: dict[int, int] = {}
+        unknown: list[int] = []
         for t, topic in enumerate(topics):
             for number in topic.segments:
                 if not 1 <= number <= len(segments):
-                    logger.warning("classification: dropped unknown segment number %s (have 1-%d)", number, len(segments))
+                    unknown.append(number)
                 elif number - 1 not in owner:
                     owner[number - 1] = t
+        if unknown:
+            logger.warning("classification: dropped %d unknown segment number(s) %s (have 1-%d)",
+                           len(unknown), _shorten(unknown), len(segments))
         out = []
         for t, topic in enumerate(topics):
             members = sorted(i for i, o in owner.items() if o == t)
@@ -146,3 +150,8 @@ class ClassificationAgent(MemoryAgent):
             logger.info("classification: %d segment(s) left unassigned by the LM kept in a cluster of their own", len(leftovers))
             out.append(describe(None, leftovers))
         return out
+
+
+def _shorten(numbers: list[int], limit: int = 10) -> str:
+    shown = ", ".join(map(str, numbers[:limit]))
+    return f"[{shown}{', ...' if len(numbers) > limit else ''}]"

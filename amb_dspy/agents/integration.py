@@ -22,7 +22,7 @@ from __future__ import annotations
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import MemoryAgent, dedupe, logger
+from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
 
 
 class NeighborInfo(BaseModel):
@@ -71,7 +71,7 @@ class NeighborBrief(BaseModel):
 class NeighborRewrite(BaseModel):
     neighbor: int = Field(description="the neighbour's number")
     context: str = Field(description="its new one-sentence context, relating it to the merged node")
-    keywords: list[str]
+    keywords: LMKeywords
 
 
 class MergeConflictingNodes(dspy.Signature):
@@ -134,9 +134,12 @@ class IntegrationAgent(MemoryAgent):
         )
 
         updates: dict[str, NeighborUpdate] = {}
-        for rewrite in prediction.neighbor_updates or []:
+        rewrites = prediction.neighbor_updates or []
+        unknown = sorted({r.neighbor for r in rewrites if not 1 <= r.neighbor <= len(neighbors)})
+        if unknown:
+            logger.warning("integration: dropped updates for unknown neighbour number(s) %s", unknown)
+        for rewrite in rewrites:
             if not 1 <= rewrite.neighbor <= len(neighbors):
-                logger.warning("integration: dropped an update for unknown neighbour number %s", rewrite.neighbor)
                 continue
             neighbor = neighbors[rewrite.neighbor - 1]
             updates.setdefault(neighbor.id, NeighborUpdate(
