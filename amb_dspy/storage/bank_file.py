@@ -91,6 +91,8 @@ def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, 
         raw = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise BankFileError(f"{path}: not a text file (binary data)") from None
+    except OSError as exc:
+        raise BankFileError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise BankFileError(f"{path}: not valid JSON (truncated or corrupt?) at line {exc.lineno} column {exc.colno}") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
