@@ -177,3 +177,16 @@ def test_a_failed_export_leaves_the_previous_file_and_no_temporary_file(tmp_path
         store.export(path)
     assert path.read_bytes() == good_bytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bank.json"]
+
+
+def test_an_unreadable_bank_file_is_one_clear_error(tmp_path, store, embedder, monkeypatch):
+    path = tmp_path / "bank.json"
+    store.export(path)
+
+    def denied(self, *args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(Path, "read_text", denied)
+    with pytest.raises(BankFileError, match=r"cannot be read \(Permission denied\)") as info:
+        MemoryStore.load(path, embedder)
+    assert "\n" not in str(info.value)
