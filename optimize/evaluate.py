@@ -36,6 +36,10 @@ from optimize.metrics import answer_exact_match, answer_f1
 MODES = ("bank", "react", "context")
 
 
+class EvalError(ValueError):
+    """The evaluation cannot run as asked; the message is one line."""
+
+
 class AnswerFromContext(dspy.Signature):
     """Answer the question using the context. Reply with the answer alone: a short span from the
     context (a name, a date, a number, a place) or yes/no for a yes/no question."""
@@ -165,7 +169,7 @@ def run_eval(
     from amb_dspy.lm import UsageMeter
 
     if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+        raise EvalError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
     config = config or AmbConfig()
     if compiled is not None:
         from amb_dspy.compiled import read_manifest

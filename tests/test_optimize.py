@@ -18,7 +18,7 @@ from scripted_lm import ScriptedLM
 from amb_dspy.compiled import CompiledError, load_agents, read_manifest
 from amb_dspy.config import AmbConfig
 from optimize.hotpotqa import load_hotpotqa
-from optimize.runner import OptimizeError, optimize_agents
+from optimize.runner import OptimizeError, build_program, optimize_agents
 from optimize.trainsets import build_examples, entity_words
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
@@ -105,6 +105,17 @@ def test_gepa_evolves_an_instruction_that_a_loaded_agent_sends(tmp_path):
     assert RULE in prompt(lm.calls[0])
 
 
+def test_mipro_proposes_an_instruction_that_is_saved(tmp_path):
+    pytest.importorskip("optuna", reason="MIPROv2 needs the optional optuna package")
+    student = ScriptedLM(analysis=lambda call: judge(call) if RULE in prompt(call) else lazy(call))
+    # the teacher bootstraps demos and, as MIPRO's prompt model, proposes instructions
+    teacher = ScriptedLM(analysis=judge, default=lambda call: {f: f"Judge every candidate. {RULE}" for f in call.output_fields})
+    result = optimize_agents("analysis", SOURCE, lm=student, teacher_lm=teacher, optimizer="mipro", n=16, out=tmp_path)
+    assert result.score_after > result.score_before
+    assert RULE in json.loads((tmp_path / "analysis.json").read_text())["analyze"]["signature"]["instructions"]
+    assert teacher.calls_for("default")  # instruction proposals came from the teacher
+
+
 def test_mipro_without_optuna_says_what_to_install(tmp_path, monkeypatch):
     import importlib.util
 
@@ -172,6 +183,19 @@ def bank_lm(items, *, planning, answer=None) -> ScriptedLM:
         **{REACT: lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}},
            EXTRACT: answer or answer_from_prompt(items)},
     )
+
+
+def test_each_target_exposes_only_its_own_predictors():
+    config = AmbConfig()
+    assert [n for n, _ in build_program("analysis", config).named_predictors()] == ["analyze"]
+    planning = build_program("planning", config, embedder=object())
+    assert [n for n, _ in planning.named_predictors()] == ["trainable['planning'].plan"]
+    assert sorted(planning.agents) == ["analysis", "classification", "integration", "planning", "structure"]
+    everything = build_program("all", config, embedder=object())
+    assert sorted(n.split("'")[1] for n, _ in everything.named_predictors()) == sorted(planning.agents)
+    copy = everything.deepcopy()
+    assert copy.trainable["analysis"] is not everything.trainable["analysis"]
+    assert copy._embedder is everything._embedder  # the embedding model is shared, not copied
 
 
 def test_planning_compiles_through_the_bank_and_a_compiled_bank_uses_it(tmp_path, embedder):
