@@ -159,3 +159,38 @@ def test_embedded_lm_state_round_trips_without_machine_paths(local_lm):
     restored = dspy.BaseLM.load_state(state, allow_custom_lm_class=True)
     assert isinstance(restored.engine, LlamaCppEngine) and restored.engine.path == smollm2_path()
     assert restored.model == local_lm.model and restored.kwargs["max_tokens"] == 160
+
+
+def search(query: str) -> str:
+    """Search the corpus for passages about the query."""
+    return "The Tidewater Lantern Festival is held in Port Alder every October, on the Silver River."
+
+
+def test_react_steps_are_constrained_to_one_tool_and_its_arguments():
+    from llama_cpp.llama_grammar import json_schema_to_gbnf
+
+    lm = build_lm("local", AmbConfig())
+    react = dspy.ReAct("question -> answer", tools=[search])
+    lm_kwargs = {}
+    adapter_for(lm, [search])._prepare_response_format(lm, lm_kwargs, react.react.signature)
+
+    response_format = lm_kwargs["response_format"]
+    assert response_format["type"] == "json_schema"  # DSPy alone would send plain JSON mode here
+    steps = {step["properties"]["next_tool_name"]["enum"][0]: step for step in response_format["json_schema"]["schema"]["anyOf"]}
+    assert set(steps) == {"search", "finish"}
+    assert steps["search"]["properties"]["next_tool_args"]["required"] == ["query"]
+    assert steps["finish"]["properties"]["next_tool_args"]["properties"] == {}
+    assert list(steps["search"]["properties"]) == ["next_thought", "next_tool_name", "next_tool_args"]
+    assert "root ::=" in json_schema_to_gbnf(json.dumps(response_format["json_schema"]["schema"]))
+
+
+def test_react_with_the_local_model_calls_tools_with_valid_arguments(local_lm):
+    with dspy.context(lm=local_lm, adapter=adapter_for(local_lm, [search])):
+        prediction = dspy.ReAct("question -> answer", tools=[search], max_iters=1)(
+            question="When is the Tidewater Lantern Festival?"
+        )
+    trajectory = prediction.trajectory
+    assert trajectory["tool_name_0"] in ("search", "finish")
+    assert set(trajectory["tool_args_0"]) == ({"query"} if trajectory["tool_name_0"] == "search" else set())
+    assert "Execution error" not in str(trajectory.get("observation_0"))
+    assert isinstance(prediction.answer, str)
