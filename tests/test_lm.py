@@ -16,7 +16,7 @@ from amb_dspy.lm import (
     LOCAL_NOTICE,
     AgentLMs,
     LMCallCapReached,
-    LMSetupError,
+    LMConfigError,
     UsageMeter,
     adapter_for,
     build_lm,
@@ -141,7 +141,7 @@ def test_hosted_lm_without_settings_passes_no_connection_options():
     ("openai/", "cannot use LM 'openai/'"),
 ])
 def test_bad_specs_fail_with_one_line(spec, message):
-    with pytest.raises(LMSetupError) as info:
+    with pytest.raises(LMConfigError) as info:
         build_lm(spec, AmbConfig())
     assert message in str(info.value) and "\n" not in str(info.value)
 
@@ -149,7 +149,7 @@ def test_bad_specs_fail_with_one_line(spec, message):
 def test_a_file_that_is_not_gguf_is_refused(tmp_path):
     fake = tmp_path / "model.gguf"
     fake.write_text("not a model")
-    with pytest.raises(LMSetupError, match=r"^not a GGUF file: .*model\.gguf$"):
+    with pytest.raises(LMConfigError, match=r"^not a GGUF file: .*model\.gguf$"):
         build_lm(f"gguf:{fake}", AmbConfig())
 
 

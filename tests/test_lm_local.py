@@ -194,3 +194,9 @@ def test_react_with_the_local_model_calls_tools_with_valid_arguments(local_lm):
     assert set(trajectory["tool_args_0"]) == ({"query"} if trajectory["tool_name_0"] == "search" else set())
     assert "Execution error" not in str(trajectory.get("observation_0"))
     assert isinstance(prediction.answer, str)
+
+
+def test_agent_lms_use_hands_a_react_its_tool_constrained_adapter():
+    lms = AgentLMs(build_lm("local", AmbConfig()))
+    with lms.use("executor", tools=[search]):
+        assert dspy.settings.adapter.tool_args == {"search": {"query": {"type": "string"}}}
