@@ -107,11 +107,12 @@ def evaluate(program: dspy.Module, devset: list[dspy.Example], metric: Callable,
     return round(evaluator(program).score / 100, 4)
 
 
-def build_program(agent: str, config: AmbConfig, *, token_counter=None, embedder=None) -> dspy.Module:
-    """The program to compile for ``agent``: the agent itself, or the bank with only it (or all) exposed."""
+def build_program(agent: str, config: AmbConfig, *, embedder=None) -> dspy.Module:
+    """The program to compile for ``agent``: the agent itself, or the bank with only it (or all) exposed.
+    Agents count tokens with the active LM's tokenizer, as in the bank."""
     from amb_dspy.agents import AGENT_CLASSES
 
-    agents = {name: cls(config, token_counter=token_counter) for name, cls in AGENT_CLASSES.items()}
+    agents = {name: cls(config) for name, cls in AGENT_CLASSES.items()}
     if agent not in BANK_AGENTS:
         return agents[agent]
     from optimize.bank_program import BankQA
@@ -184,7 +185,7 @@ def optimize_agents(
     """Compile ``agent`` (an agent name or "all") on ``train`` (``hotpotqa`` or ``hotpotqa:PATH``) and
     save it to ``out``. ``n`` caps the HotpotQA items used (train and dev together); ``budget`` caps
     GEPA's metric calls (default: its "light" setting)."""
-    from amb_dspy.lm import adapter_for, token_counter_for
+    from amb_dspy.lm import adapter_for
 
     started = time.monotonic()
     if agent not in TARGETS:
@@ -210,7 +211,7 @@ def optimize_agents(
     steps.finish()
 
     metric = METRICS[agent]
-    program = build_program(agent, config, token_counter=token_counter_for(lm), embedder=embedder)
+    program = build_program(agent, config, embedder=embedder)
     teleprompter = make_optimizer(
         optimizer, metric, lm=lm, teacher_lm=teacher_lm, max_demos=max_demos, budget=budget,
         max_errors=len(trainset) + len(devset) + 1, seed=seed,
@@ -219,12 +220,9 @@ def optimize_agents(
         before = evaluate(program, devset, metric, steps.start("scoring before", total=len(devset)))
         steps.finish()
         advance = steps.start(f"compiling {agent} ({optimizer})")
-        if optimizer == "gepa":
-            teleprompter.metric_fn = counted(teleprompter.metric_fn, advance)
-            compiled = teleprompter.compile(program, trainset=trainset)
-        else:
-            teleprompter.metric = counted(teleprompter.metric, advance)
-            compiled = teleprompter.compile(program, trainset=trainset)
+        metric_attribute = "metric_fn" if optimizer == "gepa" else "metric"  # where each optimizer keeps it
+        setattr(teleprompter, metric_attribute, counted(getattr(teleprompter, metric_attribute), advance))
+        compiled = teleprompter.compile(program, trainset=trainset)
         steps.finish()
         after = evaluate(compiled, devset, metric, steps.start("scoring after", total=len(devset)))
         steps.finish()

@@ -1,8 +1,9 @@
 """``amb optimize`` end to end with the real embedded model (SmolLM2-135M through llama.cpp).
 
 Nothing is scripted: the model's own answers go through the analysis agent, DSPy's BootstrapFewShot
-and Evaluate, and the saved state is loaded back. Kept as small as the command allows (10 items: 7 to
-train, 3 held out; at most 2 demos; replies capped at 256 tokens), it still takes minutes on 2 cores.
+and Evaluate, and the saved state is loaded back. Kept small (4 items: 3 to train, 1 held out; at most
+2 demos; replies capped at 256 tokens): each LM call takes 10-30 s on 2 cores, and ``--n 10`` makes
+about 13 of them (4-5 minutes).
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ def test_optimize_analysis_with_the_local_model(tmp_path):
     config = AmbConfig(max_tokens=256)
     lm = build_lm("local", config)
     result = optimize_agents(
-        "analysis", f"hotpotqa:{TRAIN}", lm=lm, n=10, out=tmp_path, config=config, lm_name="local",
+        "analysis", f"hotpotqa:{TRAIN}", lm=lm, n=4, out=tmp_path, config=config, lm_name="local",
     )
-    assert (result.train_size, result.dev_size) == (7, 3)
+    assert (result.train_size, result.dev_size) == (3, 1)
     assert 0.0 <= result.score_before <= 1.0 and 0.0 <= result.score_after <= 1.0
     record = read_manifest(tmp_path).agents["analysis"]
     assert (record.model, record.optimizer, record.predictors) == ("local", "bootstrap", ["analyze"])
@@ -46,5 +47,5 @@ def test_optimize_analysis_with_the_local_model(tmp_path):
     assert len(state["analyze"]["demos"]) <= 2
     loaded = load_agents(tmp_path)["analysis"]
     assert [d.toDict() if hasattr(d, "toDict") else d for d in loaded.analyze.demos] == state["analyze"]["demos"]
-    print(f"\namb optimize --agent analysis --n 10 with the local model: {result.seconds:.0f} s, "
+    print(f"\namb optimize --agent analysis --n 4 with the local model: {result.seconds:.0f} s, "
           f"score {result.score_before:.3f} -> {result.score_after:.3f}, {len(state['analyze']['demos'])} demos")
