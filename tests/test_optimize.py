@@ -219,3 +219,18 @@ def test_planning_compiles_through_the_bank_and_a_compiled_bank_uses_it(tmp_path
     assert run.answer == items[0].answer
     assert has_demos(seen[0]) and demos[0]["task_goal"] in prompt(seen[0])
     assert all(not has_demos(c) for c in lm.calls_for("analysis"))  # the other agents stayed as they were
+
+
+def test_all_compiles_every_agent_through_the_bank(tmp_path, embedder):
+    items = load_hotpotqa(SOURCE, n=3)
+    done = {"executed_status": "success", "executed_context": "the memory answers it", "next_task": ""}
+    result = optimize_agents("all", SOURCE, lm=bank_lm(items, planning=lambda call: done), n=3, out=tmp_path,
+                             config=AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"), embedder=embedder)
+    names = ["analysis", "classification", "integration", "planning", "structure"]
+    assert result.agents == names and sorted(read_manifest(tmp_path).agents) == names
+    demos = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in names}
+    # agents the bank called got demos from the bootstrapped traces; integration (no conflict) kept its defaults
+    assert all(demos[name][predictor]["demos"] for name, predictor in
+               [("classification", "classify"), ("structure", "summarize"), ("planning", "plan")])
+    assert demos["integration"]["merge"]["demos"] == []
+    assert sorted(load_agents(tmp_path)) == names
