@@ -9,6 +9,7 @@ words -- the agents, DSPy's optimizers and Evaluate, the bank, retrieval -- runs
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import dspy
@@ -21,7 +22,8 @@ from optimize.hotpotqa import load_hotpotqa
 from optimize.runner import OptimizeError, build_program, optimize_agents
 from optimize.trainsets import build_examples, entity_words
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+# The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
+DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")
 TRAIN = DATA / "train_100.jsonl"
 pytestmark = pytest.mark.skipif(not TRAIN.is_file(), reason=f"HotpotQA samples not found at {DATA}")
 SOURCE = f"hotpotqa:{TRAIN}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -13,7 +14,8 @@ from optimize.hotpotqa import DatasetError, HotpotQAItem, load_hotpotqa
 from optimize.metrics import mentions
 from optimize.trainsets import build_examples, entity_words, split_items
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+# The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
+DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")
 DEV, TRAIN = DATA / "dev_distractor_300.jsonl", DATA / "train_100.jsonl"
 pytestmark = pytest.mark.skipif(not DEV.is_file(), reason=f"HotpotQA samples not found at {DATA}")
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from amb_dspy.compiled import load_agents, read_manifest
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+# The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
+DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")
 TRAIN = DATA / "train_100.jsonl"
 
 pytestmark = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,8 @@ from amb_dspy.config import AmbConfig
 from optimize.evaluate import run_eval, write_corpus
 from optimize.hotpotqa import load_hotpotqa
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa"
+# The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
+DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")
 DEV = DATA / "dev_distractor_300.jsonl"
 pytestmark = pytest.mark.skipif(not DEV.is_file(), reason=f"HotpotQA samples not found at {DATA}")
 SOURCE = f"hotpotqa:{DEV}"
