@@ -113,7 +113,7 @@ class HybridIndex:
         return self.vector.vectors(np.array([self._key_of[doc_id]]))[0]
 
     def tokens_of(self, doc_id: str) -> list[str]:
-        """The document's indexed tokens, grouped by term."""
+        """The document's indexed tokens."""
         return self.keyword.tokens(self._key_of[doc_id])
 
     def rank(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections import Counter
 
 import numpy as np
@@ -70,7 +71,7 @@ class BM25Index:
     def __init__(self, k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25):
         self.k1, self.b, self.epsilon = k1, b, epsilon
         self._postings: dict[str, _Postings] = {}
-        self._doc_terms: dict[int, Counter[str]] = {}
+        self._doc_terms: dict[int, tuple[str, ...]] = {}  # key -> its tokens (a tuple: far smaller than a Counter)
         self._doc_len = np.zeros(1024, dtype=np.float64)
         self._total_len = 0
         self._eps_cache: tuple[int, float] | None = None  # (version, epsilon * average idf)
@@ -93,8 +94,9 @@ class BM25Index:
             grown = np.zeros(max(key + 1, 2 * len(self._doc_len)), dtype=np.float64)
             grown[: len(self._doc_len)] = self._doc_len
             self._doc_len = grown
+        tokens = tuple(map(sys.intern, tokens))  # one string object per term, however many documents use it
         counts = Counter(tokens)
-        self._doc_terms[key] = counts
+        self._doc_terms[key] = tokens
         self._doc_len[key] = len(tokens)
         self._total_len += len(tokens)
         for term, tf in counts.items():
@@ -105,14 +107,14 @@ class BM25Index:
         self._version += 1
 
     def tokens(self, key: int) -> list[str]:
-        """The document's tokens (grouped by term: BM25 depends only on the counts)."""
-        return list(self._doc_terms[key].elements())
+        """The document's tokens, as they were added."""
+        return list(self._doc_terms[key])
 
     def remove(self, key: int) -> None:
-        counts = self._doc_terms.pop(key)
+        tokens = self._doc_terms.pop(key)
         self._total_len -= int(self._doc_len[key])
         self._doc_len[key] = 0.0
-        for term in counts:
+        for term in dict.fromkeys(tokens):
             postings = self._postings[term]
             postings.remove(key)
             if not postings.size:
