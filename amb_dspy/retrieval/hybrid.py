@@ -144,12 +144,15 @@ class HybridIndex:
             return []
 
         excluded_keys = np.fromiter(excluded, dtype=np.int64, count=len(excluded))
-        # A FAISS search costs about the same for any pool size (it scans every vector), so the
-        # first pool is generous and one round is almost always enough.
+        # A FAISS search costs about the same for any number of results (it scans every vector),
+        # so it fetches enough for the next round too: a second round needs no second scan.
         pool = max(_MIN_POOL, 4 * (k + len(excluded)))
+        fetched_keys, fetched_vals = self.vector.search(query_vector, 4 * pool)
         while True:
             pool = min(pool, n)
-            cos_keys, cos_vals = self.vector.search(query_vector, pool)
+            if pool > len(fetched_keys) and len(fetched_keys) < n:
+                fetched_keys, fetched_vals = self.vector.search(query_vector, 4 * pool)
+            cos_keys, cos_vals = fetched_keys[:pool], fetched_vals[:pool]
             by_bm25 = np.argpartition(-bm25n_live, pool - 1)[:pool]
             candidates = np.union1d(cos_keys, by_bm25)
             covered = len(candidates)
