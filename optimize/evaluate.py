@@ -126,9 +126,6 @@ class _Solver:
         elif mode == "context":
             self.reader = dspy.ChainOfThought(AnswerFromContext)
 
-    def lms(self) -> list[Any]:
-        return [self.lm]
-
     def __call__(self, item: HotpotQAItem) -> str:
         context = item.context_text()
         if self.mode == "bank":
@@ -138,7 +135,7 @@ class _Solver:
             try:
                 result = bank.run(task=item.question, context="" if self.corpus is not None else context)
             finally:
-                _detach(getattr(bank, "meter", None), bank.lms.all() if hasattr(bank, "lms") else [self.lm])
+                _detach(bank.meter, bank.lms.all())  # the LM outlives this bank; its meter must not
             if not result.answer and result.errors:
                 raise RuntimeError(result.errors[-1])
             return result.answer
@@ -195,8 +192,8 @@ def run_eval(
 
         results = []
         for item in items:
-            meter = UsageMeter()
-            meter.attach(*solve.lms())
+            meter = UsageMeter()  # the main LM's calls; per-agent LMs (config.agent_lms) are not counted
+            meter.attach(solve.lm)
             started = time.monotonic()
             error = None
             try:
@@ -205,7 +202,7 @@ def run_eval(
                 prediction, error = "", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             finally:
                 seconds = time.monotonic() - started
-                _detach(meter, solve.lms())
+                _detach(meter, [solve.lm])
             usage = meter.total()
             result = QuestionResult(
                 id=item.id, question=item.question, gold=item.answer, prediction=prediction,
