@@ -187,11 +187,13 @@ def assert_same_ranking(ours: list[tuple[str, float]], reference: list[tuple[str
     assert set(unambiguous) <= {d for d, _ in ours}
 
 
-@pytest.mark.parametrize("min_pool", [4, hybrid._MIN_POOL])
+@pytest.mark.parametrize("min_pool, prefetch_from", [(4, 10**9), (4, 0), (hybrid._MIN_POOL, hybrid._PREFETCH_FROM)])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_hybrid_rank_equals_spec_formula_on_random_corpora(monkeypatch, min_pool, seed):
-    # A small first pool forces several rounds of the threshold algorithm on a few hundred documents.
+def test_hybrid_rank_equals_spec_formula_on_random_corpora(monkeypatch, min_pool, prefetch_from, seed):
+    # A small first pool forces several rounds of the threshold algorithm on a few hundred documents,
+    # with one FAISS scan per round or (as on large indexes) one scan fetching ahead for the next.
     monkeypatch.setattr(hybrid, "_MIN_POOL", min_pool)
+    monkeypatch.setattr(hybrid, "_PREFETCH_FROM", prefetch_from)
     rng = np.random.default_rng(seed)
     dim = 384
     # Documents belong to topics: a query near a topic finds dozens of documents with similar
