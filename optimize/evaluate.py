@@ -12,7 +12,8 @@ the bank and ReAct must find what they need with the search tool (deep research 
 the ``context`` mode still reads the question's own paragraphs, as an upper bound.
 
 Each question is scored with the official HotpotQA answer EM and F1 and measured in LM calls, prompt and
-completion tokens and seconds (all LM calls, tools' own calls included). Questions run one at a time: the
+completion tokens and seconds (all LM calls, tools' own calls included; DSPy's response cache is off so
+that a rerun measures the same work). Questions run one at a time: the
 embedded model is not thread-safe, and per-question usage needs calls that do not overlap. A question
 that fails scores 0 and the run goes on; its error is kept.
 """
@@ -165,6 +166,8 @@ def run_eval(
     ``hotpotqa:PATH``) in ``mode`` and score them; ``on_result`` sees each question as it is done."""
     from amb_dspy.lm import UsageMeter
 
+    if getattr(lm, "cache", False):
+        lm = lm.copy(cache=False)  # cached replies would report no tokens and no time: measure real work
     if mode not in MODES:
         raise EvalError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
     config = config or AmbConfig()

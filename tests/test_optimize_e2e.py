@@ -51,3 +51,29 @@ def test_optimize_analysis_with_the_local_model(tmp_path):
     assert [d.toDict() if hasattr(d, "toDict") else d for d in loaded.analyze.demos] == state["analyze"]["demos"]
     print(f"\namb optimize --agent analysis --n 4 with the local model: {result.seconds:.0f} s, "
           f"score {result.score_before:.3f} -> {result.score_after:.3f}, {len(state['analyze']['demos'])} demos")
+
+
+def _cli_has(command: str) -> bool:
+    from cli import app
+
+    return any((c.name or c.callback.__name__) == command for c in app.registered_commands)
+
+
+@pytest.mark.skipif(not _cli_has("optimize"), reason="cli.py has no `optimize` command yet")
+def test_amb_optimize_through_the_cli(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "AMB_MAX_TOKENS": "256", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(repo / "cli.py"), "optimize", "--agent", "analysis", "--train", f"hotpotqa:{TRAIN}",
+         "--n", "4", "--lm", "local", "--out", str(tmp_path / "compiled")],
+        cwd=repo, env=env, capture_output=True, text=True, timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "analysis_relation_accuracy" in done.stdout + done.stderr
+    record = read_manifest(tmp_path / "compiled").agents["analysis"]
+    assert (record.model, record.dataset, record.train_size, record.dev_size) == ("local", f"hotpotqa:{TRAIN}", 3, 1)
+    assert "analysis" in load_agents(tmp_path / "compiled")

@@ -130,3 +130,13 @@ def test_eval_command_prints_each_question_and_a_final_json_line(monkeypatch, it
     final = json.loads(lines[-1])
     assert final["mode"] == "context" and final["n"] == 2 and final["em"] == 0.5 and final["model"] == "scripted/lm"
     assert set(final) >= {"f1", "calls", "prompt_tokens", "completion_tokens", "seconds"}
+
+
+def test_eval_bypasses_the_response_cache_so_reruns_measure_real_work(items):
+    lm = ScriptedLM(**{EXTRACT: reader(items)})
+    lm.cache = True  # as built for a hosted or embedded model
+    first = run_eval(SOURCE, lm=lm, n=2, mode="context")
+    second = run_eval(SOURCE, lm=lm, n=2, mode="context")
+    assert len(lm.calls) == 4 and lm.cache  # every question reached the LM twice; the caller's LM is untouched
+    assert [q.prompt_tokens for q in second.questions] == [q.prompt_tokens for q in first.questions]
+    assert all(q.prompt_tokens > 0 for q in second.questions)
