@@ -19,13 +19,13 @@ from amb_dspy.config import AmbConfig
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The errors ``optimize_command`` and ``eval_command`` raise for bad input or set-up (one-line messages)."""
     from amb_dspy.compiled import CompiledError
-    from amb_dspy.lm import LMSetupError
+    from amb_dspy.lm import LMConfigError
     from amb_dspy.tools.corpus import CorpusError
     from optimize.evaluate import EvalError
     from optimize.hotpotqa import DatasetError
     from optimize.runner import OptimizeError
 
-    return (DatasetError, OptimizeError, EvalError, CompiledError, LMSetupError, CorpusError)
+    return (DatasetError, OptimizeError, EvalError, CompiledError, LMConfigError, CorpusError)
 
 
 def _build_lms(config: AmbConfig, teacher: str | None) -> tuple[Any, str, Any, str | None, str | None]:

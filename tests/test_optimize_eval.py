@@ -140,3 +140,16 @@ def test_eval_bypasses_the_response_cache_so_reruns_measure_real_work(items):
     assert len(lm.calls) == 4 and lm.cache  # every question reached the LM twice; the caller's LM is untouched
     assert [q.prompt_tokens for q in second.questions] == [q.prompt_tokens for q in first.questions]
     assert all(q.prompt_tokens > 0 for q in second.questions)
+
+
+def test_command_errors_are_the_ones_the_cli_reports_in_one_line(tmp_path):
+    from optimize.commands import eval_command, expected_errors, optimize_command
+
+    quiet = Console(file=io.StringIO())
+    with pytest.raises(expected_errors(), match="no such file"):
+        optimize_command(agent="analysis", train="hotpotqa:/nowhere.jsonl", lm="local", out=tmp_path / "o", console=quiet)
+    with pytest.raises(expected_errors(), match="unknown mode"):
+        eval_command(dataset=SOURCE, n=1, mode="chat", lm="local", console=quiet)
+    with pytest.raises(expected_errors(), match="no such directory"):
+        eval_command(dataset=SOURCE, n=1, compiled=tmp_path / "missing", lm="local", console=quiet)
+    assert not (tmp_path / "o").exists()
