@@ -104,5 +104,54 @@ def run(
     typer.echo(result.answer or "(no answer)")
 
 
+def _run_command(call) -> None:
+    """Run a command body; known errors and anything unexpected end in one line and a non-zero exit."""
+    from optimize.commands import expected_errors
+
+    try:
+        call()
+    except (*_expected_errors(), *expected_errors()) as exc:
+        _fail(_one_line(exc))
+    except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
+        if os.environ.get("AMB_DEBUG"):
+            raise
+        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+
+
+@app.command()
+def optimize(
+    agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, or all"),
+    train: str = typer.Option("hotpotqa", "--train", help="hotpotqa (Hugging Face) or hotpotqa:PATH (official JSON/JSONL file)"),
+    optimizer: str = typer.Option("bootstrap", "--optimizer", help="bootstrap (BootstrapFewShot), mipro (MIPROv2 light), gepa (GEPA light)"),
+    n: Optional[int] = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
+    out: Path = typer.Option(Path("compiled"), "--out", help="directory for <agent>.json and manifest.json"),
+    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    teacher_lm: Optional[str] = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
+) -> None:
+    """Compile an agent's prompts on HotpotQA, score them before and after on held-out questions, and save them."""
+    from amb_dspy.config import AmbConfig
+    from optimize.commands import optimize_command
+
+    _run_command(lambda: optimize_command(agent=agent, train=train, optimizer=optimizer, n=n, out=out, lm=lm,
+                                          teacher_lm=teacher_lm, config=AmbConfig(**({"lm": lm} if lm else {}))))
+
+
+@app.command("eval")
+def evaluate(
+    dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split) or hotpotqa:PATH"),
+    n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
+    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
+    mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
+    corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
+    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+) -> None:
+    """Answer HotpotQA questions and print per-question and mean EM, F1, LM calls, tokens and seconds; the last line is JSON."""
+    from amb_dspy.config import AmbConfig
+    from optimize.commands import eval_command
+
+    _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
+                                      config=AmbConfig(**({"lm": lm} if lm else {})), echo=typer.echo))
+
+
 if __name__ == "__main__":
     app()

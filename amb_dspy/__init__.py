@@ -5,3 +5,18 @@ them, never here, so ``import amb_dspy`` and ``amb --help`` stay fast.
 """
 
 __version__ = "0.1.0"
+
+import os as _os
+
+# llama.cpp's and torch's OpenMP threads otherwise spin-wait between calls, which on 2 shared cores made
+# a 60-token local generation take 60 s instead of 6 s. It must be set before torch is imported.
+_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def __getattr__(name: str):
+    # amb_dspy.load_agents without importing DSPy at `import amb_dspy` (see amb_dspy.compiled).
+    if name == "load_agents":
+        from amb_dspy.compiled import load_agents
+
+        return load_agents
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -129,7 +129,7 @@ class MemoryBank:
             self.lms = AgentLMs(lm, per_agent)
         self.notice: str | None = self.lms.notice
         self.lm = self.lms.main
-        self.meter = self._new_meter()
+        self.meter = None
         self.progress = progress
 
         if embedder is None:
@@ -141,9 +141,9 @@ class MemoryBank:
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
         self.agents: dict[str, dspy.Module] = {name: cls(self.config) for name, cls in AGENT_CLASSES.items()}
         if compiled is not None:
-            from amb_dspy.compiled import load_agents
+            from amb_dspy.compiled import apply_compiled
 
-            self.agents.update(load_agents(compiled))
+            self.agents = apply_compiled(self.agents, compiled)  # keeps this bank's config
         self.agents.update(agents or {})
 
         self._search, self._corpus = search, corpus
@@ -151,24 +151,27 @@ class MemoryBank:
         self.memory_adapter: MemoryAdapter | None = None
 
     # --- agent calls -------------------------------------------------------------------------
-    def _new_meter(self):
-        """A fresh usage meter for a run, attached to every LM in place of the last one."""
+    def _start_meter(self):
+        """A fresh usage meter for one run, attached to the run's LMs until the run ends."""
         from amb_dspy.lm import UsageMeter
 
-        old = getattr(self, "meter", None)
-        for lm in self.lms.all():
-            lm.callbacks[:] = [c for c in lm.callbacks if c is not old]
         meter = UsageMeter(max_calls=self.config.max_lm_calls)
         self.lms.meter = meter
         meter.attach(*self.lms.all())
         return meter
+
+    def _stop_meter(self) -> None:
+        """Detach the run's meter: LMs may be shared with other banks, whose calls it must not count or cap."""
+        for lm in self.lms.all():
+            lm.callbacks[:] = [c for c in lm.callbacks if c is not self.meter]
+        self.lms.meter = None
 
     def _agent(self, name: str, **inputs):
         with self.lms.use(name):
             return self.agents[name](**inputs)
 
     def _emit(self, phase: str, state: _RunState, message: str = "") -> None:
-        if self.progress is None:
+        if self.progress is None or self.meter is None:
             return
         totals = self.meter.total()
         self.progress(ProgressEvent(
@@ -192,8 +195,12 @@ class MemoryBank:
         search = self._search
         if search is None:
             search = corpus if corpus is not None and not self.config.serper_api_key else make_search_backend(self.config, self.embedder)
+        from amb_dspy.lm import is_embedded
+
+        # a 135M model with an 8k context reads three results better than ten
+        k = min(self.config.search_k, 3) if is_embedded(self.lms.for_agent("executor")) else self.config.search_k
         tools = build_tools(
-            search=SearchTool(search),
+            search=SearchTool(search, k=k),
             visit=VisitTool(self.config, corpus=corpus),
             deep_retrieval=DeepRetrievalTool(self.store, self.config.storage_dir),
         )
@@ -221,7 +228,7 @@ class MemoryBank:
         memory_adapter.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on this run owns the bank's memory.
         self.store, self.memory_adapter = store, memory_adapter
-        self.meter = self._new_meter()
+        self.meter = self._start_meter()
         state = _RunState(doc_id=doc.doc_id)
         termination = "running"
         try:
@@ -243,6 +250,7 @@ class MemoryBank:
             state.errors.append(str(exc))
         finally:
             memory_adapter.cleanup(state.doc_id)
+            self._stop_meter()
         self._emit("done", state, termination)
         return RunResult(
             answer=state.answer,
@@ -280,7 +288,7 @@ class MemoryBank:
         from amb_dspy.lm import LMCallCapReached
 
         try:
-            with self.lms.use("executor"):
+            with self.lms.use("executor", tools=executor.tools):
                 result = executor(enhanced_prompt=prompt, images=images)
         except LMCallCapReached:
             raise
@@ -317,7 +325,7 @@ class MemoryBank:
         final_doc = InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal, completed_tasks=doc.completed_tasks)
         self._emit("answer", state)
         try:
-            with self.lms.use("executor"):
+            with self.lms.use("executor", tools=executor.tools):
                 result = executor(enhanced_prompt=self.memory_adapter.enhance_prompt(final_doc))
         except Exception as exc:  # noqa: BLE001
             from amb_dspy.lm import LMCallCapReached

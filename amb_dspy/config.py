@@ -38,6 +38,7 @@ class AmbConfig(BaseSettings):
     # --- tools -------------------------------------------------------------------------------
     serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
     jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
+    search_k: int = Field(10, ge=1, description="results per search (at most 3 on the embedded model)")
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
     http_timeout_s: float = 20.0
     visit_max_chars: int = Field(200_000, description="cap on the text a visited page may contribute")

@@ -90,6 +90,7 @@ class Executor(dspy.Module):
 
     def __init__(self, tools: list[dspy.Tool], max_iters: int = 6):
         super().__init__()
+        self.tools = list(tools)
         self.react = dspy.ReAct(ExecuteTask, tools=tools, max_iters=max_iters)
         self.react_images = dspy.ReAct(ExecuteTaskWithImages, tools=tools, max_iters=max_iters)
 
