@@ -75,11 +75,13 @@ def run(
         with console.status("loading the memory bank...") as status:
 
             def show(event) -> None:
-                status.update(
-                    f"[bold]{event.phase}[/] loop {event.loop} | nodes {event.nodes} edges {event.edges} "
-                    f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
-                    + (f" | {event.message[:60]}" if event.message else "")
-                )
+                line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
+                        f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
+                        + (f" | {event.message[:60]}" if event.message else ""))
+                if console.is_terminal:
+                    status.update(line)
+                else:  # a log file or CI: one plain line per step
+                    console.print(line, highlight=False, soft_wrap=True)
 
             bank = MemoryBank(config, compiled=compiled, progress=show)
             if bank.notice:
