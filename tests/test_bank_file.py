@@ -168,12 +168,19 @@ def test_load_bank_checks_the_dimension_the_embedder_gives(tmp_path, store):
         load_bank(tmp_path / "bank.json", 512)
 
 
-def test_a_failed_export_leaves_the_previous_file_and_no_temporary_file(tmp_path, store):
+def test_a_failed_export_leaves_the_previous_file_and_no_temporary_file(tmp_path, store, monkeypatch):
+    import amb_dspy.storage.bank_file as bank_file
+
     path = tmp_path / "bank.json"
     store.export(path)
     good_bytes = path.read_bytes()
-    store.record_entry(InteractionEntry(text="cannot be written", metadata={"handle": object()}))
-    with pytest.raises(Exception):
+
+    def dump_half_then_fail(payload, handle, **kwargs):
+        handle.write('{"format": "amb-dspy-bank", "schema')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(bank_file.json, "dump", dump_half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
         store.export(path)
     assert path.read_bytes() == good_bytes
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bank.json"]

@@ -194,3 +194,19 @@ def test_nodes_compare_by_content_including_the_exact_embedding():
         QueryGraphNode.model_validate({**node("z").model_dump(), "embedding": [[1.0, 2.0]]})
     with pytest.raises(ValidationError):
         QueryGraphNode.model_validate({**node("z").model_dump(), "embedding": [float("nan")] * 4})
+
+
+def test_entry_metadata_is_frozen_deeply_and_must_be_json():
+    from types import MappingProxyType
+
+    from amb_dspy.storage import InteractionEntry
+
+    entry = InteractionEntry(text="t", metadata={"source": "executor", "tool_calls": [{"name": "search", "args": {"q": "x"}}]})
+    with pytest.raises(TypeError):
+        entry.metadata["source"] = "edited"
+    with pytest.raises(TypeError):
+        entry.metadata["tool_calls"][0]["name"] = "edited"
+    assert isinstance(entry.metadata, MappingProxyType)
+    assert entry.model_dump(mode="json")["metadata"] == {"source": "executor", "tool_calls": [{"name": "search", "args": {"q": "x"}}]}
+    with pytest.raises(ValueError, match="JSON data"):
+        InteractionEntry(text="t", metadata={"when": object()})

