@@ -13,7 +13,6 @@ leaves the graph as it was and still keeps the raw text in the Interaction Tree.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,9 +27,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeDraft
 from amb_dspy.storage import CompletedTask, InsightDoc, InteractionEntry, QueryGraphNode, TaskStatus, TaskType
 
-logger = logging.getLogger("amb_dspy.bank")
-
-# What memory conversion keeps of one tool response, and what the integration agent sees of a validation.
+# How much of a cross-validation (answer + tool responses) the integration agent is shown.
 MAX_VALIDATION_CHARS = 12_000
 
 
