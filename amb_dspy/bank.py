@@ -92,6 +92,12 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
         raise InputError(f"context file {path}: not UTF-8 text") from None
 
 
+def _revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None, pending: list[str] = ()) -> InsightDoc:
+    """The same task's Insight Doc with new task lists, built anew so its rules (<= 1 pending) are checked."""
+    return InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal,
+                      completed_tasks=doc.completed_tasks if completed is None else completed, pending_tasks=list(pending))
+
+
 def _node_info(node: QueryGraphNode, with_id: bool = True):
     from amb_dspy.agents import NodeInfo
 
@@ -282,14 +288,10 @@ class MemoryBank:
         if kind is TaskKind.IMAGE:
             images = [dspy.Image.from_path(str(i.temp_path)) for i in self.memory_adapter.pending_images(state.doc_id)]
         prompt = self.memory_adapter.enhance_prompt(doc)
-        from amb_dspy.lm import LMCallCapReached
-
         try:
             with self.lms.use("executor", tools=executor.tools):
                 result = executor(enhanced_prompt=prompt, images=images)
-        except LMCallCapReached:
-            raise
-        except Exception as exc:  # noqa: BLE001 - an executor failure fails the task, not the run
+        except Exception as exc:  # noqa: BLE001 - fails the task, not the run (the LM-call cap is a BaseException)
             message = f"executor failed: {type(exc).__name__}: {exc}".splitlines()[0]
             state.errors.append(message)
             if state.active is not None:  # the conflict is still there: check it again later
@@ -319,16 +321,12 @@ class MemoryBank:
     def _final_answer(self, state: _RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
         doc = self.store.insight_doc
-        final_doc = InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal, completed_tasks=doc.completed_tasks)
+        final_doc = _revised(doc)
         self._emit("answer", state)
         try:
             with self.lms.use("executor", tools=executor.tools):
                 result = executor(enhanced_prompt=self.memory_adapter.enhance_prompt(final_doc))
-        except Exception as exc:  # noqa: BLE001
-            from amb_dspy.lm import LMCallCapReached
-
-            if isinstance(exc, LMCallCapReached):
-                raise
+        except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
             state.errors.append(f"final answer failed: {type(exc).__name__}: {exc}".splitlines()[0])
             return
         state.answer = result.answer or state.answer
@@ -344,8 +342,7 @@ class MemoryBank:
             return "finished_with_failures"
         retry = failed[-1].description
         state.retried.add(retry)
-        self.store.set_insight_doc(InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal,
-                                              completed_tasks=doc.completed_tasks, pending_tasks=[retry]))
+        self.store.set_insight_doc(_revised(doc, pending=[retry]))
         return None
 
     # --- planning ----------------------------------------------------------------------------
@@ -378,8 +375,7 @@ class MemoryBank:
             plan = self._agent("planning", insight_doc=doc, new_memory_nodes=[_node_info(n) for n in new_nodes
                                                                               if n.id in self.store.graph],
                                conflict=notification, execution_report=report, failure_reason=failure)
-            new_doc = InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal, completed_tasks=plan.completed_tasks,
-                                 pending_tasks=plan.pending_tasks[:1])
+            new_doc = _revised(doc, completed=plan.completed_tasks, pending=plan.pending_tasks[:1])
         except AgentError as exc:
             state.errors.append(str(exc))
             completed = list(doc.completed_tasks)
@@ -389,12 +385,11 @@ class MemoryBank:
                     description=doc.current_task, status=TaskStatus.FAILURE, context=f"planning failed: {exc}"[:300],
                 ))
             pending = [cross_validation_task(notification)] if notification else []
-            new_doc = InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal, completed_tasks=completed, pending_tasks=pending)
+            new_doc = _revised(doc, completed=completed, pending=pending)
         if state.active is None:
             image_task = self.memory_adapter.image_task(state.doc_id)
             if image_task:
-                new_doc = InsightDoc(doc_id=new_doc.doc_id, task_goal=new_doc.task_goal,
-                                     completed_tasks=new_doc.completed_tasks, pending_tasks=[image_task])
+                new_doc = _revised(new_doc, pending=[image_task])
         self.store.set_insight_doc(new_doc)
 
     # --- memory conversion (§4.3) ------------------------------------------------------------

@@ -171,31 +171,30 @@ class MemoryStore:
     def neighbours(self, node_id: str) -> list[QueryGraphNode]:
         return self.graph.get_neighbors(node_id)
 
+    def _updated_texts(self, updates: dict[str, ContextUpdate]) -> list[str]:
+        """The embedding text of each node after its update (summary kept); raises for an unknown node."""
+        return [node_text(self.graph.node(i).summary, u.context, u.keywords) for i, u in updates.items()]
+
     def update_contexts(self, updates: dict[str, ContextUpdate]) -> None:
         """Set context and keywords of several nodes and re-embed them from summary + context + keywords."""
-        for node_id in updates:
-            self.graph.node(node_id)
-        ids = list(updates)
-        texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
-        vectors = self._embed(texts) if ids else []
+        texts = self._updated_texts(updates)
+        vectors = self._embed(texts) if texts else []
         with self.transaction():
-            for node_id, vector in zip(ids, vectors):
-                self._set_context(node_id, updates[node_id], vector)
+            for (node_id, update), vector in zip(updates.items(), vectors):
+                self._set_context(node_id, update, vector)
 
     def update_context(self, node_id: str, context: str, keywords: list[str]) -> None:
         self.update_contexts({node_id: ContextUpdate(context, keywords)})
 
     def relate(self, node_id: str, other_id: str, updates: dict[str, ContextUpdate]) -> None:
         """A ``related`` verdict: link the two nodes and apply both context updates, as one change."""
-        for nid in (node_id, other_id, *updates):
-            self.graph.node(nid)
-        ids = list(updates)
-        texts = [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in ids]
-        vectors = self._embed(texts) if ids else []
+        self.graph.node(node_id), self.graph.node(other_id)
+        texts = self._updated_texts(updates)
+        vectors = self._embed(texts) if texts else []
         with self.transaction():
             self._link(node_id, other_id)
-            for nid, vector in zip(ids, vectors):
-                self._set_context(nid, updates[nid], vector)
+            for (nid, update), vector in zip(updates.items(), vectors):
+                self._set_context(nid, update, vector)
 
     def record_entry(self, entry: InteractionEntry, node_ids: Iterable[str] = ()) -> InteractionEntry:
         """Append an interaction entry and attach it to nodes (which must exist)."""
@@ -239,9 +238,7 @@ class MemoryStore:
         olds = [self.graph.node(i) for i in old_ids]
         inherited = list(dict.fromkeys(n for old in olds for n in old.links if n not in old_ids))
         updates = {k: v for k, v in (neighbour_updates or {}).items() if k in inherited}
-        texts = [node_text(draft.summary, draft.context, draft.keywords)]
-        texts += [node_text(self.graph.node(i).summary, updates[i].context, updates[i].keywords) for i in updates]
-        vectors = self._embed(texts)
+        vectors = self._embed([node_text(draft.summary, draft.context, draft.keywords), *self._updated_texts(updates)])
         new = QueryGraphNode(
             id=uuid.uuid4().hex, summary=draft.summary, context=draft.context, keywords=list(draft.keywords),
             embedding=vectors[0], timestamp=now(),
