@@ -102,12 +102,7 @@ class DeepRetrievalTool:
         data = path.read_bytes()
         if attachment.type is AttachmentType.IMAGE:
             out["mime_type"] = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            encoded = base64.b64encode(data).decode("ascii")
-            if len(encoded) > self.max_file_chars:
-                out["error"] = f"image of {len(data)} bytes left out: over the {self.max_file_chars}-character limit"
-            else:
-                out["encoding"], out["file_content"] = "base64", encoded
-            return out
+            return self._base64(out, data, "image")
         text = None
         if b"\x00" not in data[:4096]:
             try:
@@ -119,9 +114,13 @@ class DeepRetrievalTool:
         if text is not None:
             out["encoding"], out["file_content"] = "text", truncate(text, self.max_file_chars)
             return out
+        return self._base64(out, data, "binary file")
+
+    def _base64(self, out: dict[str, Any], data: bytes, what: str) -> dict[str, Any]:
+        """Attach ``data`` base64-encoded, or say why it was left out (over the per-file limit)."""
         encoded = base64.b64encode(data).decode("ascii")
         if len(encoded) > self.max_file_chars:
-            out["error"] = f"binary file of {len(data)} bytes left out: over the {self.max_file_chars}-character limit"
+            out["error"] = f"{what} of {len(data)} bytes left out: over the {self.max_file_chars}-character limit"
         else:
             out["encoding"], out["file_content"] = "base64", encoded
         return out
