@@ -41,6 +41,7 @@ class ProgressEvent:
     lm_calls: int
     tokens: int
     message: str = ""
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # per agent, as UsageMeter.usage()
 
 
 class RunResult(BaseModel):
@@ -180,7 +181,7 @@ class MemoryBank:
         self.progress(ProgressEvent(
             phase=phase, loop=state.loops, nodes=len(self.store.graph), edges=self.store.graph.edge_count,
             conflicts=len(state.conflicts) + (state.active is not None), lm_calls=totals["calls"],
-            tokens=totals["prompt_tokens"] + totals["completion_tokens"], message=message,
+            tokens=totals["prompt_tokens"] + totals["completion_tokens"], message=message, usage=self.meter.usage(),
         ))
 
     # --- tools and executor ------------------------------------------------------------------

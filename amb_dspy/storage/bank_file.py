@@ -82,8 +82,12 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, QueryGraph, InteractionTree]:
-    """Read and fully validate a bank file; raise BankFileError (one line) if it is not a valid bank."""
+def load_bank(path: str | Path, embedding_dim: int | None) -> tuple[InsightDoc | None, QueryGraph, InteractionTree]:
+    """Read and fully validate a bank file; raise BankFileError (one line) if it is not a valid bank.
+
+    ``embedding_dim=None`` accepts the dimension the file declares (every node must still have it):
+    for readers that only look at a bank and never embed anything into it.
+    """
     path = Path(path)
     if not path.is_file():
         raise BankFileError(f"{path}: no such bank file")
@@ -105,7 +109,9 @@ def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, 
         data = BankFile.model_validate(raw)
     except ValidationError as exc:
         raise BankFileError(f"{path}: invalid bank file: {_first_error(exc)}") from None
-    if data.query_graph.embedding_dim != embedding_dim:
+    if embedding_dim is None:
+        embedding_dim = data.query_graph.embedding_dim
+    elif data.query_graph.embedding_dim != embedding_dim:
         raise BankFileError(
             f"{path}: embeddings have dimension {data.query_graph.embedding_dim}, the embedder gives {embedding_dim}"
         )
