@@ -33,7 +33,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
 
     errors: list[type[BaseException]] = [InputError, BankFileError, EmbeddingError, FileNotFoundError]
     for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
-                         ("amb_dspy.tools.corpus", "CorpusError")):
+                         ("amb_dspy.tools.corpus", "CorpusError"), ("amb_dspy.view", "ViewError")):
         try:
             errors.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
@@ -59,6 +59,7 @@ def run(
     compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     export: Optional[Path] = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
     max_loops: Optional[int] = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -68,6 +69,9 @@ def run(
     console = Console(stderr=True)
     overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops}.items() if v is not None}
     try:
+        from amb_dspy.view.trace import TraceWriter, fan_out
+
+        trace_writer = TraceWriter(trace) if trace else None
         config = AmbConfig(**overrides)
         from amb_dspy.bank import MemoryBank, read_context_file
 
@@ -83,7 +87,7 @@ def run(
                 else:  # a log file or CI: one plain line per step
                     console.print(line, highlight=False, soft_wrap=True)
 
-            bank = MemoryBank(config, compiled=compiled, progress=show)
+            bank = MemoryBank(config, compiled=compiled, progress=fan_out(show, trace_writer))
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.run(task, context=context, images=list(image))
@@ -104,6 +108,25 @@ def run(
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
     typer.echo(result.answer or "(no answer)")
+
+
+@app.command("show")
+def show_bank(
+    bank: Optional[Path] = typer.Argument(None, help="a bank file written by `amb run --export`"),
+    node: Optional[str] = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
+    html: Optional[Path] = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
+) -> None:
+    """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
+    from rich.console import Console
+
+    from amb_dspy.storage.bank_file import BankFileError
+    from amb_dspy.view import ViewError, show
+
+    try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
+        show(Console(), bank=bank, node=node, html=html, trace=trace)
+    except (BankFileError, ViewError, OSError) as exc:
+        _fail(_one_line(exc))
 
 
 def _run_command(call) -> None:
