@@ -92,7 +92,7 @@ def test_the_page_draws_the_bank_and_shows_a_clicked_node_without_running_its_te
     built, html = page_file
     page, seen = browser_page
     page.goto(html.as_uri())
-    page.wait_for_function("document.body.dataset.ready === '1'", timeout=60_000)
+    page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=60_000)
 
     # what is drawn equals the bank: 3 nodes (two merged into one), 2 edges, every node on screen
     store = built.store
@@ -133,7 +133,7 @@ def test_the_page_draws_the_bank_and_shows_a_clicked_node_without_running_its_te
 
     # clicking the merged node: its summary, merge history and the source span highlighted in its entry
     click_node(page, built.merged)
-    page.wait_for_function(f"document.getElementById('node-id').textContent === '{built.merged}'")
+    page.wait_for_function("id => document.getElementById('node-id')?.textContent === id", arg=built.merged)
     assert page.locator("#node-summary").text_content() == MERGED
     assert "made by a merge" in page.locator("#panel").text_content()
     assert MERGE_WHY in page.locator("#panel").text_content()
@@ -156,7 +156,7 @@ def test_an_empty_bank_renders_with_a_notice(tmp_path, embedder, browser_page):
     html = write_html(load_view(tmp_path / "empty.json"), tmp_path / "empty.html")
     page, seen = browser_page
     page.goto(Path(html).as_uri())
-    page.wait_for_function("document.body.dataset.ready === '1'", timeout=30_000)
+    page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=30_000)
     assert page.locator("#status").text_content() == "this bank has no nodes"
     assert page.locator("#stats").text_content().startswith("0 nodes · 0 edges")
     assert seen["errors"] == []

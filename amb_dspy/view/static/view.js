@@ -45,7 +45,7 @@
   if (window.cytoscapeFcose) cytoscape.use(window.cytoscapeFcose);
   const cy = cytoscape({
     container: document.getElementById("graph"),
-    elements: elements,
+    elements: [], // added in draw(), after the page around the graph has been painted
     layout: { name: "preset" },
     textureOnViewport: large,
     hideEdgesOnViewport: large,
@@ -62,12 +62,16 @@
       { selector: "edge", style: { width: 1.5, "line-color": "#afb8c1", "curve-style": "haystack" } },
       { selector: "node:selected", style: { "border-width": 5, "border-color": "#0969da" } },
       { selector: ".faded", style: { opacity: 0.15 } },
+      { selector: "node.near", style: { "border-width": 3, "border-color": "#0969da" } },
+      { selector: "edge.near", style: { width: 3, "line-color": "#0969da" } },
       { selector: "node.match", style: { "border-width": 4, "border-color": "#bf8700" } },
     ],
   });
 
-  function runLayout() {
+  // Add the elements and lay them out in one go, so no frame is drawn with every node at the origin.
+  function draw() {
     const status = document.getElementById("status");
+    cy.batch(() => cy.add(elements));
     if (bank.nodes.length && window.cytoscapeFcose) {
       cy.layout({ name: "fcose", quality: large ? "draft" : "default", randomize: true, animate: false,
                   nodeRepulsion: 6000, idealEdgeLength: 60, packComponents: true }).run();
@@ -78,6 +82,8 @@
     if (cy.zoom() > 1.5) { cy.zoom(1.5); cy.center(); } // a few nodes: keep labels at a readable size
     status.textContent = bank.nodes.length ? "" : "this bank has no nodes";
     status.hidden = bank.nodes.length > 0;
+    document.getElementById("stats").textContent = `${cy.nodes().length} nodes \u00b7 ${cy.edges().length} edges \u00b7 ` +
+      `${Object.keys(bank.entries).length} entries \u00b7 ${bank.merges.length} merges`;
     document.body.dataset.ready = "1";
   }
 
@@ -158,15 +164,22 @@
     if (!node) return;
     const target = cy.getElementById(id);
     cy.batch(() => {
-      cy.elements().unselect().addClass("faded");
-      target.closedNeighborhood().removeClass("faded");
+      cy.elements().unselect();
+      // Fading the rest restyles every element: on a large graph only the neighbourhood is marked.
+      if (large) {
+        cy.elements(".near").removeClass("near");
+        target.closedNeighborhood().addClass("near");
+      } else {
+        cy.elements().addClass("faded");
+        target.closedNeighborhood().removeClass("faded");
+      }
       target.select();
     });
     showNode(node);
   }
 
   function clearSelection() {
-    cy.batch(() => cy.elements().unselect().removeClass("faded"));
+    cy.batch(() => cy.elements().unselect().removeClass("faded near"));
     showNothing();
   }
 
@@ -202,8 +215,6 @@
   function header() {
     const doc = bank.insight_doc;
     document.getElementById("goal").textContent = doc ? doc.task_goal : "(no Insight Doc)";
-    document.getElementById("stats").textContent =
-      `${cy.nodes().length} nodes \u00b7 ${cy.edges().length} edges \u00b7 ${Object.keys(bank.entries).length} entries \u00b7 ${bank.merges.length} merges`;
     const gradient = el("span", { class: "gradient" });
     gradient.style.background = `linear-gradient(to right, ${[0, 0.25, 0.5, 0.75, 1].map((t) => stepColour(t * (bank.steps - 1))).join(",")})`;
     document.getElementById("legend").replaceChildren(
@@ -235,5 +246,5 @@
   showNothing();
   window.ambView = { cy: cy, bank: bank, select: select };
   // Draw the page first, then lay out (a large graph takes a moment).
-  requestAnimationFrame(() => setTimeout(runLayout, 0));
+  requestAnimationFrame(() => setTimeout(draw, 0));
 })();
