@@ -142,6 +142,12 @@ def test_the_page_draws_the_bank_and_shows_a_clicked_node_without_running_its_te
     page.screenshot(path=str(screenshot))
     assert screenshot.stat().st_size > 10_000
 
+    # the search box finds a node by its keywords; Enter shows it
+    page.locator("#search").fill("poster")
+    assert page.locator("#search-count").text_content() == "1 found"
+    page.locator("#search").press("Enter")
+    page.wait_for_function("id => document.getElementById('node-id')?.textContent === id", arg=built.poster)
+
     # nothing was fetched, nothing complained (a blocked request or a refused script would be an error)
     assert seen["requests"] == [html.as_uri()]
     assert trap[1] == []

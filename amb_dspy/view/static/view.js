@@ -115,7 +115,8 @@
     const extra = Object.keys(entry.metadata).length ? el("pre", { class: "muted" }, JSON.stringify(entry.metadata, null, 1)) : null;
     return el("details", { class: "entry", open: "" },
       el("summary", {}, `${entry.source} \u00b7 ${when(entry.time)}` + (spans.length ? ` \u00b7 ${spans.length} source span(s)` : "")),
-      entryText(entry, spans), extra);
+      entryText(entry, spans), extra,
+      entry.attachments.length ? el("div", { class: "muted" }, "attachments: " + entry.attachments.join(", ")) : null);
   }
 
   function mergeItem(merge) {
