@@ -112,9 +112,14 @@ def test_bad_bank_files_get_the_bank_file_error_and_no_page(tmp_path, built):
     broken["query_graph"]["nodes"][0]["links"].append("nowhere")
     inconsistent = tmp_path / "inconsistent.json"
     inconsistent.write_text(json.dumps(broken))
+    short = json.loads(built.path.read_text())  # viewing takes the file's dimension, but every node must have it
+    short["query_graph"]["nodes"][1]["embedding"] = [0.5, 0.5, 0.5]
+    wrong_dim = tmp_path / "wrong-dim.json"
+    wrong_dim.write_text(json.dumps(short))
     page = tmp_path / "view.html"
     cases = [(tmp_path / "missing.json", "no such bank file"), (truncated, "not valid JSON"),
-             (not_a_bank, "not an amb-dspy bank file"), (inconsistent, "links to missing node 'nowhere'")]
+             (not_a_bank, "not an amb-dspy bank file"), (inconsistent, "links to missing node 'nowhere'"),
+             (wrong_dim, "has an embedding of shape (3,)")]
     for path, expected in cases:
         line = one_line_error(show(str(path), "--html", str(page)))
         assert str(path) in line and expected in line
