@@ -2,8 +2,8 @@
 
     python docs/screenshot.py amb_runs/demo-bank.json docs/view.png [--node ID]
 
-With ``--node`` (an id or a prefix of one) the node is clicked first, so the side panel shows it;
-without it, the node with the most entries is.
+With ``--node`` (an id or a prefix of one) that node is selected, so the side panel shows it; without
+it, the node with the most entries is.
 """
 
 from __future__ import annotations
@@ -45,10 +45,8 @@ def main() -> None:
         page = context.pages[0] if context.pages else context.new_page()
         page.goto(page_file.as_uri())
         page.wait_for_function("() => document.body.dataset.ready === '1'", timeout=120_000)
-        if node is not None:
-            x, y = page.evaluate("id => { const p = ambView.cy.getElementById(id).renderedPosition(); return [p.x, p.y]; }", node.id)
-            box = page.locator("#graph").bounding_box()
-            page.mouse.click(box["x"] + x, box["y"] + y)
+        if node is not None:  # selected as a click would (a click at full view may hit an overlapping node)
+            page.evaluate("id => { ambView.select(id); }", node.id)
             page.wait_for_function("id => document.getElementById('node-id')?.textContent === id", arg=node.id)
         page.screenshot(path=str(args.png))
         context.close()

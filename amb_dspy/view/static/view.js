@@ -3,7 +3,7 @@
 (function () {
   "use strict";
   const bank = JSON.parse(document.getElementById("bank-data").textContent);
-  const LARGE = 1000; // above this many nodes: a draft layout, no labels when zoomed out, edges hidden while panning
+  const LARGE = 1000; // above this many nodes: no labels when zoomed out, edges hidden while panning, no fading
   const VIRIDIS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]];
   const nodesById = new Map(bank.nodes.map((n) => [n.id, n]));
 
@@ -73,7 +73,9 @@
     const status = document.getElementById("status");
     cy.batch(() => cy.add(elements));
     if (bank.nodes.length && window.cytoscapeFcose) {
-      cy.layout({ name: "fcose", quality: large ? "draft" : "default", randomize: true, animate: false,
+      // "default" quality: "draft" is faster but piles up disconnected nodes, and banks have many of them
+      // (fCoSE tiles them in a grid beside the connected part).
+      cy.layout({ name: "fcose", quality: "default", randomize: true, animate: false,
                   nodeRepulsion: 6000, idealEdgeLength: 60, packComponents: true }).run();
     } else if (bank.nodes.length) {
       cy.layout({ name: "grid", animate: false }).run();
