@@ -20,7 +20,10 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 # pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.
+# The layers (import-linter) and the lint rules (ruff) are checked before any test runs.
 test: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
+
+from amb_dspy.errors import one_line
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
 
@@ -20,14 +21,9 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input or configuration: reported in one line, without a traceback."""
-    from amb_dspy.adapter import InputError
+    from amb_dspy.errors import InputError
     from amb_dspy.retrieval.embedding import EmbeddingError
     from amb_dspy.storage.bank_file import BankFileError
 
@@ -52,13 +48,13 @@ def version() -> None:
 @app.command()
 def run(
     task: str = typer.Argument(..., help="what the agent should do or answer"),
-    context_file: Optional[Path] = typer.Option(None, "--context-file", help="long text given with the task"),
+    context_file: Path | None = typer.Option(None, "--context-file", help="long text given with the task"),
     image: list[Path] = typer.Option([], "--image", help="an image attached to the task (repeatable)"),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
-    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
-    export: Optional[Path] = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
-    max_loops: Optional[int] = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+    corpus: Path | None = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+    export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
+    max_loops: int | None = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -88,11 +84,11 @@ def run(
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.run(task, context=context, images=list(image))
     except _expected_errors() as exc:
-        _fail(_one_line(exc))
+        _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if os.environ.get("AMB_DEBUG"):
             raise
-        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+        _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
     if export:
         bank.export(export)
         console.print(f"bank exported to {export}")
@@ -113,11 +109,11 @@ def _run_command(call) -> None:
     try:
         call()
     except (*_expected_errors(), *expected_errors()) as exc:
-        _fail(_one_line(exc))
+        _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if os.environ.get("AMB_DEBUG"):
             raise
-        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+        _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
 
 
 @app.command()
@@ -125,10 +121,10 @@ def optimize(
     agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, or all"),
     train: str = typer.Option("hotpotqa", "--train", help="hotpotqa (Hugging Face) or hotpotqa:PATH (official JSON/JSONL file)"),
     optimizer: str = typer.Option("bootstrap", "--optimizer", help="bootstrap (BootstrapFewShot), mipro (MIPROv2 light), gepa (GEPA light)"),
-    n: Optional[int] = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
+    n: int | None = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
     out: Path = typer.Option(Path("compiled"), "--out", help="directory for <agent>.json and manifest.json"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
-    teacher_lm: Optional[str] = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    teacher_lm: str | None = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
 ) -> None:
     """Compile an agent's prompts on HotpotQA, score them before and after on held-out questions, and save them."""
     from amb_dspy.config import AmbConfig
@@ -142,10 +138,10 @@ def optimize(
 def evaluate(
     dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split) or hotpotqa:PATH"),
     n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
-    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
     mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
     corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
 ) -> None:
     """Answer HotpotQA questions and print per-question and mean EM, F1, LM calls, tokens and seconds; the last line is JSON."""
     from amb_dspy.config import AmbConfig

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, ValidationError
 
+from amb_dspy.errors import one_line
+
 if TYPE_CHECKING:
     import dspy
 
@@ -89,7 +91,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompiledError(f"{path}: unreadable ({_one_line(exc)})") from None
+        raise CompiledError(f"{path}: unreadable ({one_line(exc, 200)})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
         raise CompiledError(
@@ -174,7 +176,7 @@ def _load_one(path: Path, name: str, module: dspy.Module, allow_pickle: bool) ->
         try:
             program = dspy.load(str(path), allow_pickle=True)
         except Exception as exc:  # noqa: BLE001 -- unpickling fails in too many ways to list
-            raise CompiledError(f"{path}: cannot load ({_one_line(exc)})") from None
+            raise CompiledError(f"{path}: cannot load ({one_line(exc, 200)})") from None
         if not isinstance(program, type(module)):
             raise CompiledError(f"{path}: holds a {type(program).__name__}, not a {type(module).__name__}")
         return program
@@ -187,7 +189,7 @@ def _load_one(path: Path, name: str, module: dspy.Module, allow_pickle: bool) ->
     try:
         module.load(str(path), allow_pickle=allow_pickle)
     except Exception as exc:  # noqa: BLE001 -- orjson, KeyError on a foreign layout, pydantic, unpickling
-        raise CompiledError(f"{path}: does not fit the {name} agent ({_one_line(exc)}); recompile it") from None
+        raise CompiledError(f"{path}: does not fit the {name} agent ({one_line(exc, 200)}); recompile it") from None
     return module
 
 
@@ -239,11 +241,6 @@ def save_agents(directory: str | Path, modules: dict[str, dspy.Module], records:
 def save_agent(directory: str | Path, name: str, module: dspy.Module, record: AgentRecord | None = None) -> Path:
     """Write one agent's state as ``<name>.json`` and its manifest entry (see :func:`save_agents`)."""
     return save_agents(directory, {name: module}, {name: record} if record else None)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:200]
 
 
 __all__ = [

@@ -12,6 +12,8 @@ from typing import Any
 
 import dspy
 
+from amb_dspy.internals import react_steps
+
 # Tools whose responses are not new knowledge: reading memory back, and ReAct's own finish call.
 NOT_KNOWLEDGE = frozenset({"deep_retrieval", "finish"})
 
@@ -73,15 +75,10 @@ class ExecutionResult:
 
 
 def tool_calls_from(trajectory: dict[str, Any]) -> list[ToolCall]:
-    calls, i = [], 0
-    while f"tool_name_{i}" in trajectory:
-        args = trajectory.get(f"tool_args_{i}") or {}
-        calls.append(ToolCall(
-            name=str(trajectory[f"tool_name_{i}"]),
-            args=args if isinstance(args, dict) else {"value": args},
-            observation=str(trajectory.get(f"observation_{i}", "")),
-        ))
-        i += 1
+    calls = []
+    for name, args, observation in react_steps(trajectory):
+        args = args or {}
+        calls.append(ToolCall(name=name, args=args if isinstance(args, dict) else {"value": args}, observation=observation))
     return calls
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Iterable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -18,24 +17,13 @@ from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
 from amb_dspy.storage.bank_file import dump_bank, load_bank
 from amb_dspy.storage.clock import now
+from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
 
-
-@dataclass(frozen=True)
-class NodeDraft:
-    """What an agent decides a node says; ids, timestamps and embeddings are the store's business."""
-
-    summary: str
-    context: str
-    keywords: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ContextUpdate:
-    context: str
-    keywords: list[str]
+# The name this module's callers knew a node's content by before it moved to storage.
+NodeDraft = NodeContent
 
 
 class MemoryStore:
@@ -60,7 +48,8 @@ class MemoryStore:
         self._undo = []
         self._order_saved = False
         try:
-            yield
+            with self.tree.atomic():  # the tree takes back its own appends
+                yield
         except BaseException:
             for undo in reversed(self._undo):
                 undo()
@@ -80,7 +69,7 @@ class MemoryStore:
     # --- primitive steps (each registers its inverse) -----------------------------------------
     def _insert(self, node: QueryGraphNode) -> None:
         self.graph.add_node(node)
-        self._did(lambda: self.graph.nodes_dict.pop(node.id, None))
+        self._did(lambda: self.graph.delete_node(node.id))
         self.index.add(node.id, node.embedding_text, node.embedding)
         self._did(lambda: self.index.remove(node.id))
 
@@ -97,23 +86,17 @@ class MemoryStore:
         # The undo puts each id back where it was, so a rolled-back node compares equal to before.
         i, j = node_a.links.index(b), node_b.links.index(a)
         self.graph.remove_edge(a, b)
-        self._did(lambda: (node_a.links.insert(i, b), node_b.links.insert(j, a)))
-
-    def _restore_order(self, order: list[str]) -> None:
-        nodes = self.graph.nodes_dict
-        items = [(node_id, nodes[node_id]) for node_id in order if node_id in nodes]
-        nodes.clear()
-        nodes.update(items)
+        self._did(lambda: self.graph.restore_edge(a, b, i, j))
 
     def _remove(self, node_id: str) -> None:
         for other in list(self.graph.node(node_id).links):
             self._unlink(node_id, other)
         if not self._order_saved:  # re-added nodes must also get their old place in the graph's order
-            order = list(self.graph.nodes_dict)
-            self._did(lambda: self._restore_order(order))
+            order = self.graph.order()
+            self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
-        node = self.graph.nodes_dict.pop(node_id)
-        self._did(lambda: self.graph.nodes_dict.__setitem__(node_id, node))
+        node = self.graph.delete_node(node_id)
+        self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
         self._did(lambda: self.index.add(node.id, node.embedding_text, node.embedding))
 
@@ -129,12 +112,8 @@ class MemoryStore:
         self._did(restore)
         self.index.update(node.id, node.embedding_text, vector)
 
-    def _snapshot_tree_index(self) -> None:
-        saved = self.tree._snapshot_index()
-        self._did(lambda: self.tree._restore_index(*saved))
-
     # --- public operations -------------------------------------------------------------------
-    def add_nodes(self, drafts: list[NodeDraft]) -> list[QueryGraphNode]:
+    def add_nodes(self, drafts: list[NodeContent]) -> list[QueryGraphNode]:
         """Create nodes from drafts (embedded in one batch) and index them."""
         vectors = self._embed([node_text(d.summary, d.context, d.keywords) for d in drafts]) if drafts else []
         nodes = [
@@ -149,7 +128,7 @@ class MemoryStore:
                 self._insert(node)
         return nodes
 
-    def add_node(self, draft: NodeDraft) -> QueryGraphNode:
+    def add_node(self, draft: NodeContent) -> QueryGraphNode:
         return self.add_nodes([draft])[0]
 
     def delete_node(self, node_id: str) -> None:
@@ -157,7 +136,6 @@ class MemoryStore:
         with self.transaction():
             self.graph.node(node_id)
             self._remove(node_id)
-            self._snapshot_tree_index()
             self.tree.unlink_node(node_id)
 
     def add_edge(self, a: str, b: str) -> bool:
@@ -203,7 +181,6 @@ class MemoryStore:
             self.graph.node(node_id)
         with self.transaction():
             self.tree.add_entry(entry)
-            self._did(lambda: self.tree._undo_add_entry(entry.entry_id))
             for node_id in node_ids:
                 self.tree.link(node_id, entry.entry_id)
         return entry
@@ -214,14 +191,13 @@ class MemoryStore:
         for node_id in node_ids:
             self.graph.node(node_id)
         with self.transaction():
-            self._snapshot_tree_index()
             for node_id in node_ids:
                 self.tree.link(node_id, entry_id)
 
     def merge_nodes(
         self,
         old_ids: Collection[str],
-        draft: NodeDraft,
+        draft: NodeContent,
         description: str = "",
         neighbour_updates: dict[str, ContextUpdate] | None = None,
     ) -> tuple[QueryGraphNode, MergeEvent]:
@@ -252,7 +228,6 @@ class MemoryStore:
                 self._remove(old_id)
             for neighbour, vector in zip(updates, vectors[1:]):
                 self._set_context(neighbour, updates[neighbour], vector)
-            self._snapshot_tree_index()
             self.tree.relink_merged(event)
         return new, event
 
@@ -265,7 +240,7 @@ class MemoryStore:
         dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim)
 
     @classmethod
-    def load(cls, path, embedder: Embedder) -> "MemoryStore":
+    def load(cls, path, embedder: Embedder) -> MemoryStore:
         """A new store from a bank file; raises BankFileError and builds nothing if the file is bad."""
         insight_doc, graph, tree = load_bank(path, embedder.dim)
         store = cls(embedder, insight_doc)
@@ -274,7 +249,7 @@ class MemoryStore:
             store.index.add(node.id, node.embedding_text, node.embedding)
         return store
 
-    def same_content(self, other: "MemoryStore") -> bool:
+    def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict
                 and self.tree == other.tree)
 

@@ -15,18 +15,8 @@ from typing import Any
 
 import dspy
 
+from amb_dspy.agents.base import Borrowed
 from amb_dspy.config import AmbConfig
-
-
-class Borrowed:
-    """An object a program uses but must not copy (an embedding model, agents held fixed): optimizers
-    deep-copy programs, and these are shared across the copies."""
-
-    def __init__(self, value: Any):
-        self.value = value
-
-    def __deepcopy__(self, memo: dict) -> Borrowed:
-        return self
 
 
 class BankQA(dspy.Module):

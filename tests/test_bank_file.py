@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeDraft
+from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.storage import (
     Attachment,
     AttachmentType,
@@ -33,10 +33,10 @@ def store(embedder) -> MemoryStore:
     )
     store = MemoryStore(embedder, doc)
     a, b, c, d = (n.id for n in store.add_nodes([
-        NodeDraft("Kilauea erupted in 2018; lava reached the sea.", "Kilauea 2018 eruption", ["kilauea", "2018"]),
-        NodeDraft("A 2020 summit eruption formed a lava lake.", "Kilauea 2020 eruption", ["kilauea", "2020"]),
-        NodeDraft("USGS monitors Hawaiian volcanoes.", "volcano monitoring", ["usgs", "hawaii"]),
-        NodeDraft("Émile wrote «naïve» notes — 火山 🌋.", "unicode text", ["émile", "火山"]),
+        NodeContent("Kilauea erupted in 2018; lava reached the sea.", "Kilauea 2018 eruption", ["kilauea", "2018"]),
+        NodeContent("A 2020 summit eruption formed a lava lake.", "Kilauea 2020 eruption", ["kilauea", "2020"]),
+        NodeContent("USGS monitors Hawaiian volcanoes.", "volcano monitoring", ["usgs", "hawaii"]),
+        NodeContent("Émile wrote «naïve» notes — 火山 🌋.", "unicode text", ["émile", "火山"]),
     ]))
     store.relate(a, c, {c: ContextUpdate("monitoring of Kilauea", ["usgs", "kilauea"])})
     store.add_edge(b, c)
@@ -46,7 +46,7 @@ def store(embedder) -> MemoryStore:
         InteractionEntry(text="a photo", attachments=(Attachment(type=AttachmentType.IMAGE, content="attachments/x.png"),)),
         [d],
     )
-    store.merge_nodes([a, b], NodeDraft("Kilauea erupted in 2018 and 2020.", "Kilauea eruptions", ["kilauea"]), "years")
+    store.merge_nodes([a, b], NodeContent("Kilauea erupted in 2018 and 2020.", "Kilauea eruptions", ["kilauea"]), "years")
     store.check()
     return store
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.graph_ops import MemoryStore, NodeDraft
+from amb_dspy.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import Attachment, AttachmentType, InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool
 
@@ -34,7 +34,7 @@ def store(embedder) -> MemoryStore:
 
 
 def _node(store, summary):
-    return store.add_node(NodeDraft(summary=summary, context=f"context of {summary}", keywords=summary.split()[:2]))
+    return store.add_node(NodeContent(summary=summary, context=f"context of {summary}", keywords=summary.split()[:2]))
 
 
 def _entry(store, text, node_ids, attachments=(), **metadata):
@@ -53,7 +53,7 @@ def test_merged_node_returns_all_entries_in_time_order_with_file_contents(store,
         Attachment(type=AttachmentType.DOCUMENT, content="doc1/attachments/scan.pdf"),
     ], source="visit")
     third = _entry(store, "both pages agree", [a.id, b.id])
-    merged, _event = store.merge_nodes([a.id, b.id], NodeDraft("tide levels", "merged context", ["tide"]), "merge")
+    merged, _event = store.merge_nodes([a.id, b.id], NodeContent("tide levels", "merged context", ["tide"]), "merge")
 
     tool = DeepRetrievalTool(store, storage)
     data = json.loads(tool(merged.id))

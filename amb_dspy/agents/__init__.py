@@ -32,9 +32,7 @@ from amb_dspy.agents.classification import ClassificationAgent, ClassificationOu
 from amb_dspy.agents.integration import (
     IntegrationAgent,
     IntegrationOutput,
-    MergedNode,
     NeighborInfo,
-    NeighborUpdate,
     NodeWithNeighbors,
 )
 from amb_dspy.agents.planning import (
@@ -66,8 +64,8 @@ PREDICTOR_NAMES: dict[str, str] = {
 
 __all__ = [
     "AGENT_CLASSES", "AgentError", "AnalysisAgent", "AnalysisOutput", "ClassificationAgent", "ClassificationOutput",
-    "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent", "MergedNode",
-    "NeighborInfo", "NeighborUpdate", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
+    "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent",
+    "NeighborInfo", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
     "PlanningOutput", "Relationship", "RelationshipKind", "StructureAgent", "StructureOutput", "TokenCounter",
     "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
     "token_counter_for",

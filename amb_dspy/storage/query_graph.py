@@ -119,6 +119,21 @@ class QueryGraph(BaseModel):
         node_b.links.remove(a)
         return True
 
+    def restore_edge(self, a: str, b: str, index_in_a: int, index_in_b: int) -> None:
+        """Put back a removed edge at the places it had in both link lists (for a rollback)."""
+        self.node(a).links.insert(index_in_a, b)
+        self.node(b).links.insert(index_in_b, a)
+
+    def order(self) -> list[str]:
+        """The node ids in the graph's order (insertion order)."""
+        return list(self.nodes_dict)
+
+    def reorder(self, order: list[str]) -> None:
+        """Put the nodes back in ``order`` (ids not in the graph are skipped; for a rollback)."""
+        items = [(node_id, self.nodes_dict[node_id]) for node_id in order if node_id in self.nodes_dict]
+        self.nodes_dict.clear()
+        self.nodes_dict.update(items)
+
     def delete_node(self, node_id: str) -> QueryGraphNode:
         node = self.node(node_id)
         for other in list(node.links):

@@ -14,14 +14,8 @@ import dspy
 
 from amb_dspy.tools.corpus import CorpusError, Document, LocalCorpus
 from amb_dspy.tools.deep_retrieval import DeepRetrievalTool
-from amb_dspy.tools.search import (
-    SearchBackend,
-    SearchError,
-    SearchResult,
-    SearchTool,
-    SerperSearch,
-    make_search_backend,
-)
+from amb_dspy.tools.search import SearchTool, SerperSearch, load_corpus, make_search_backend
+from amb_dspy.tools.types import SearchBackend, SearchError, SearchResult
 from amb_dspy.tools.visit import ExtractForGoal, GoalExtractor, VisitError, VisitTool
 
 SEARCH_DESC = (
@@ -67,5 +61,5 @@ def build_tools(
 __all__ = [
     "CorpusError", "DEEP_RETRIEVAL_DESC", "DeepRetrievalTool", "Document", "ExtractForGoal", "GoalExtractor",
     "LocalCorpus", "SEARCH_DESC", "SearchBackend", "SearchError", "SearchResult", "SearchTool", "SerperSearch",
-    "VISIT_DESC", "VisitError", "VisitTool", "build_tools", "make_search_backend",
+    "VISIT_DESC", "VisitError", "VisitTool", "build_tools", "load_corpus", "make_search_backend",
 ]

@@ -34,8 +34,8 @@ from pydantic import BaseModel, ConfigDict
 
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.tools.search import DEFAULT_K, SearchResult
 from amb_dspy.tools.text import html_to_text, split_passages
+from amb_dspy.tools.types import DEFAULT_K, SearchResult
 
 CORPUS_SCHEME = "corpus://"
 TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
@@ -173,7 +173,7 @@ class LocalCorpus:
         self._lookup = self._build_lookup()
 
     @classmethod
-    def load(cls, path: str | Path, embedder: Embedder, **kwargs) -> "LocalCorpus":
+    def load(cls, path: str | Path, embedder: Embedder, **kwargs) -> LocalCorpus:
         """A corpus from a folder of documents or a JSONL file of passages (see the module docstring)."""
         path = Path(path).expanduser()
         if path.is_dir():

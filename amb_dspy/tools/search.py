@@ -7,41 +7,21 @@ line, never as an exception, because the executor shows tool output to the LM as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import requests
-from pydantic import BaseModel, ConfigDict
+
+from amb_dspy.errors import one_line
+from amb_dspy.tools.corpus import LocalCorpus
+from amb_dspy.tools.types import DEFAULT_K, SearchBackend, SearchError, SearchResult
 
 if TYPE_CHECKING:
     from amb_dspy.config import AmbConfig
     from amb_dspy.retrieval.embedding import Embedder
 
 SERPER_ENDPOINT = "https://google.serper.dev/search"
-DEFAULT_K = 10
-
-
-class SearchResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    title: str
-    url: str
-    snippet: str
-    date: str | None = None
-
-
-class SearchError(RuntimeError):
-    """A search backend could not answer; the message is one line."""
-
-
-@runtime_checkable
-class SearchBackend(Protocol):
-    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]: ...
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one short line (requests' messages can span lines and repeat the URL)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+NO_BACKEND = ("Error: no search backend is configured; set SERPER_API_KEY or give a local corpus "
+              "(amb run --corpus PATH or AMB_CORPUS).")
 
 
 class SerperSearch:
@@ -87,21 +67,23 @@ class SerperSearch:
         return results
 
 
-def make_search_backend(config: AmbConfig, embedder: Embedder | None = None) -> SearchBackend | None:
-    """Serper when ``SERPER_API_KEY`` is set, else the local corpus at ``config.corpus``, else None.
+def load_corpus(config: AmbConfig, embedder: Embedder) -> LocalCorpus | None:
+    """The local corpus at ``config.corpus`` (None when there is none); :class:`CorpusError` if it cannot be loaded."""
+    return LocalCorpus.load(config.corpus, embedder) if config.corpus is not None else None
 
-    Raises :class:`amb_dspy.tools.corpus.CorpusError` (one line) when the corpus cannot be loaded.
+
+def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) -> SearchBackend | None:
+    """The one place that decides what ``search`` searches.
+
+    A local corpus when one is given (``corpus``, loaded with :func:`load_corpus`), even with
+    ``SERPER_API_KEY`` set: a user who names a corpus means it, and the bank and its baselines must
+    search the same thing. Else Serper when ``SERPER_API_KEY`` is set. Else None, which the search tool
+    answers with a clear "no search backend" observation.
     """
+    if corpus is not None:
+        return corpus
     if config.serper_api_key:
         return SerperSearch(config.serper_api_key, timeout=config.http_timeout_s)
-    if config.corpus is not None:
-        from amb_dspy.tools.corpus import LocalCorpus
-
-        if embedder is None:
-            from amb_dspy.retrieval.embedding import default_embedder
-
-            embedder = default_embedder()
-        return LocalCorpus.load(config.corpus, embedder)
     return None
 
 
@@ -129,8 +111,7 @@ class SearchTool:
         if not query:
             return "Error: the search query is empty; pass a few keywords."
         if self.backend is None:
-            return ("Error: no search backend is configured; set SERPER_API_KEY or give a local corpus "
-                    "(amb run --corpus PATH or AMB_CORPUS).")
+            return NO_BACKEND
         try:
             results = self.backend.search(query, k=self.k)
         except SearchError as exc:

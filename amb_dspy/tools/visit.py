@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import dspy
 import requests
 
-from amb_dspy.tools.search import one_line
+from amb_dspy.errors import one_line
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
 
 if TYPE_CHECKING:
