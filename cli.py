@@ -71,6 +71,9 @@ def run(
         with console.status("loading the memory bank...") as status:
 
             def show(event) -> None:
+                if event.phase == "notice":  # said once, whatever the display
+                    console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
+                    return
                 line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
                         f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
                         + (f" | {event.message[:60]}" if event.message else ""))

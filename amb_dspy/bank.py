@@ -34,7 +34,7 @@ from amb_dspy.errors import InputError, one_line
 from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
-from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, build_lm, is_embedded
+from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
 from amb_dspy.memory_writer import MemoryWriter, node_info
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.run_state import (
@@ -48,6 +48,7 @@ from amb_dspy.run_state import (
 from amb_dspy.storage import (
     CompletedTask,
     InsightDoc,
+    InteractionEntry,
     QueryGraphNode,
     TaskStatus,
     TaskType,
@@ -65,6 +66,7 @@ class MemoryBank:
         config: AmbConfig | None = None,
         *,
         lm: Any = None,
+        agent_lms: dict[str, Any] | None = None,
         agents: dict[str, dspy.Module] | None = None,
         compiled: str | Path | None = None,
         embedder: Any = None,
@@ -75,13 +77,11 @@ class MemoryBank:
         self.config = config or AmbConfig()
         if self.config.corpus is not None and not Path(self.config.corpus).exists():
             raise InputError(f"corpus {self.config.corpus}: no such file or folder")
-        if lm is None:
-            self.lms = AgentLMs.from_config(self.config)
-        else:
-            per_agent = {agent: build_lm(spec, self.config) for agent, spec in self.config.agent_lms.items()}
-            self.lms = AgentLMs(lm, per_agent)
+        # Resolved now so that a bad spec fails here, and again when a run starts, so that the LM active in
+        # DSPy's settings at that moment is the one that runs (see amb_dspy.lm.resolve_lms for the order).
+        self._lm, self._agent_lms = lm, dict(agent_lms or {})
+        self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
-        self.lm = self.lms.main
         self.meter: UsageMeter | None = None
         self.progress = progress
         self.embedder = embedder if embedder is not None else default_embedder()
@@ -97,6 +97,11 @@ class MemoryBank:
         self.memory_adapter: MemoryAdapter | None = None
         self.memory: MemoryWriter | None = None
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
+
+    @property
+    def lm(self) -> dspy.BaseLM:
+        """The main LM a run started now would use."""
+        return resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms).main
 
     # --- agent calls -------------------------------------------------------------------------
     def _agent(self, name: str, **inputs):
@@ -142,14 +147,18 @@ class MemoryBank:
         doc = InsightDoc(task_goal=task)
         store = MemoryStore(self.embedder, doc)
         memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha)
-        self.images.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
+        staged = self.images.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on this run owns the bank's memory.
+        self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
+        self.notice = self.lms.notice
         self.store, self.memory_adapter = store, memory_adapter
         self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
         # The meter belongs to this run, not to its LMs, which other banks may share.
         self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
         state = RunState(doc_id=doc.doc_id)
         with self.meter.counting():
+            if staged and reads_images(self.lms.for_agent("executor")) is False:
+                self._keep_unrecognised(state)
             termination = self._loop(state, context)
         self._emit("done", state, termination)
         return RunResult(
@@ -162,8 +171,21 @@ class MemoryBank:
             interaction_tree=self.store.tree.to_dict(),
             usage=self.meter.usage(),
             errors=state.errors,
+            notices=state.notices,
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def _keep_unrecognised(self, state: RunState) -> None:
+        """A text-only executor cannot recognise images: keep them as attachments and say so, before any LM call."""
+        names = ", ".join(image.original_name for image in self.images.pending_images(state.doc_id))
+        model = getattr(self.lms.for_agent("executor"), "model", "the executor's LM")
+        notice = f"{model} reads text only: image(s) {names} kept as attachments, not recognised"
+        attachments = self.images.store_images(state.doc_id)
+        self.store.record_entry(InteractionEntry(
+            text=f"Images attached to the task, not recognised: {names}",
+            metadata={"source": "image", "recognised": False, "reason": notice}, attachments=tuple(attachments)))
+        state.notices.append(notice)
+        self._emit("notice", state, notice)
 
     def _loop(self, state: RunState, context: str) -> str:
         """Initialise, execute until done or capped, answer; returns how the run ended."""

@@ -36,6 +36,7 @@ class RunResult(BaseModel):
     interaction_tree: dict[str, Any]
     usage: dict[str, dict[str, int]]
     errors: list[str]
+    notices: list[str] = []
     seconds: float
 
 
@@ -55,6 +56,7 @@ class RunState:
     loops: int = 0
     retried: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
 
 
 def read_context_file(path: str | Path, max_bytes: int) -> str:

@@ -4,7 +4,7 @@
 side's examples (:mod:`optimize.trainsets`), scores the program on dev with ``dspy.Evaluate``, compiles
 it with one of DSPy's optimizers, scores it again, and saves the compiled agents with their manifest
 (:mod:`amb_dspy.compiled`). The program is the agent itself for classification, structure, analysis and
-integration; for planning and "all" it is the whole bank (:class:`~optimize.bank_program.BankQA`) with
+integration; for planning and "all" it is the whole bank (:class:`~amb_dspy.program.MemoryBankQA`) with
 only the compiled agents' predictors exposed.
 
 Optimizers (DSPy's own):
@@ -36,8 +36,8 @@ from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
 from amb_dspy.config import AGENT_NAMES, AmbConfig
 from amb_dspy.lm import adapter_for
+from amb_dspy.program import MemoryBankQA
 from amb_dspy.retrieval.embedding import default_embedder
-from optimize.bank_program import BankQA
 from optimize.hotpotqa import load_hotpotqa
 from optimize.metrics import METRICS, AgentMetric
 from optimize.trainsets import BANK_AGENTS, build_examples, split_items
@@ -121,7 +121,7 @@ def build_program(agent: str, config: AmbConfig, *, embedder=None) -> dspy.Modul
         embedder = default_embedder()
     trainable = dict(agents) if agent == "all" else {agent: agents[agent]}
     fixed = {name: a for name, a in agents.items() if name not in trainable}
-    return BankQA(trainable, fixed, config, embedder=embedder)
+    return MemoryBankQA(config, trainable=trainable, fixed=fixed, embedder=embedder)
 
 
 def compiled_agents(agent: str, program: dspy.Module) -> dict[str, dspy.Module]:

@@ -12,11 +12,11 @@ One module per job:
 * :mod:`~amb_dspy.lm.usage` -- LM calls and tokens per agent, and the cap on calls of a run.
 """
 
-from amb_dspy.lm.agent_lms import AgentLMs
+from amb_dspy.lm.agent_lms import AgentLMs, resolve_lms
 from amb_dspy.lm.build import build_lm
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.grammar_adapter import GrammarJSONAdapter, adapter_for
-from amb_dspy.lm.introspect import is_embedded, prompt_budget
+from amb_dspy.lm.introspect import is_embedded, prompt_budget, reads_images
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine, PromptTooLongError, smollm2_path
 from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_NOTICE, LOCAL_SPEC, resolve_lm_spec
 from amb_dspy.lm.usage import AgentUsage, LMCallCapReached, UsageMeter, metered_as
@@ -24,5 +24,6 @@ from amb_dspy.lm.usage import AgentUsage, LMCallCapReached, UsageMeter, metered_
 __all__ = [
     "AgentLMs", "AgentUsage", "GGUF_PREFIX", "GrammarJSONAdapter", "LMCallCapReached", "LMConfigError",
     "LOCAL_MAX_TOKENS", "LOCAL_NOTICE", "LOCAL_SPEC", "LlamaCppEngine", "PromptTooLongError", "UsageMeter",
-    "adapter_for", "build_lm", "is_embedded", "metered_as", "prompt_budget", "resolve_lm_spec", "smollm2_path",
+    "adapter_for", "build_lm", "is_embedded", "metered_as", "prompt_budget", "reads_images", "resolve_lm_spec",
+    "resolve_lms", "smollm2_path",
 ]
