@@ -181,6 +181,12 @@ def _shutdown(sock: socket.socket) -> None:
 
 
 class _GuardedConnectionMixin:
+    """Checks and watches the socket of each urllib3 connection.
+
+    ``_new_conn`` is where urllib3 opens the TCP socket (http and https alike): the peer address is
+    checked there, before a TLS handshake or a request byte is sent.
+    """
+
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()
         guard = _ACTIVE.get()
@@ -197,7 +203,7 @@ class _GuardedConnectionMixin:
 
     def getresponse(self):
         guard = _ACTIVE.get()
-        if guard is not None and self.sock is not None:  # a kept-alive connection from an earlier download
+        if guard is not None and self.sock is not None:  # the TLS socket, or a kept-alive one from before
             guard.watch(self.sock)
         return super().getresponse()
 
