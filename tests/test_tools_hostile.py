@@ -9,6 +9,9 @@ else is faked: requests, sockets, DNS (``localhost``) and the servers are real.
 
 from __future__ import annotations
 
+import shutil
+import ssl
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -90,8 +93,10 @@ class _Hostile(BaseHTTPRequestHandler):
             time.sleep(0.25)
 
 
-def _serve(host: str):
+def _serve(host: str, tls: ssl.SSLContext | None = None):
     httpd = ThreadingHTTPServer((host, 0), _Hostile)
+    if tls is not None:
+        httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
     httpd.hits, httpd.sent, httpd.done = [], 0, threading.Event()
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
@@ -294,3 +299,54 @@ def test_error_lines_never_echo_raw_urls(internal, url):
         out = _visit(url, allow_private_urls=allow, http_timeout_s=1)
         assert out.startswith("Error: ")
         assert "\n" not in out and "\r" not in out and len(out) < 700, out[:300]
+
+
+# --- https ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    """The hostile server over TLS, with a self-signed certificate for 127.0.0.1 made by openssl."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command to make a test certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd = _serve("127.0.0.1", context)
+    httpd.cert = cert
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def https(tls_server, internal, monkeypatch):
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls_server.cert))  # trust the test certificate
+    tls_server.hits.clear()
+    tls_server.sent = 0
+    tls_server.done.clear()
+    return tls_server
+
+
+def _https_url(httpd, path: str) -> str:
+    return f"https://127.0.0.1:{httpd.server_address[1]}{path}"
+
+
+def test_https_pages_are_read_and_a_drip_over_tls_is_cut_at_the_deadline(https):
+    assert "Ordinary public text." in _visit(_https_url(https, "/page"), allow_private_urls=True)
+    out = _visit(_https_url(https, "/drip"), allow_private_urls=True, http_timeout_s=1)
+    assert out == f"Error: timed out after 1 s fetching {_https_url(https, '/drip')}"
+    assert https.done.wait(10) and https.sent < DRIP_BYTES // 4
+
+
+def test_over_https_the_address_is_checked_where_the_connection_lands(https, monkeypatch):
+    assert _refused(_visit(_https_url(https, "/page")))
+    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])  # DNS rebinding, as above
+    out = _visit(f"https://localhost:{https.server_address[1]}/page")
+    assert _refused(out) and "loopback address" in out, out
+    assert https.hits == []
