@@ -128,6 +128,7 @@ class MemoryBank:
             search=SearchTool(search, k=k),
             visit=VisitTool(self.config, corpus=corpus),
             deep_retrieval=DeepRetrievalTool(self.store, self.config.storage_dir),
+            max_observation_chars=self.config.max_observation_chars,
         )
         return Executor(tools, max_iters=self.config.react_max_iters)
 

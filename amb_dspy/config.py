@@ -42,6 +42,10 @@ class AmbConfig(BaseSettings):
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
     http_timeout_s: float = 20.0
     visit_max_chars: int = Field(200_000, description="cap on the text a visited page may contribute")
+    allow_private_urls: bool = Field(False, description="let visit fetch loopback, private, link-local and other "
+                                                        "non-public addresses (AMB_ALLOW_PRIVATE_URLS=1)")
+    max_observation_chars: int = Field(20_000, ge=200, description="cap on one tool response as the executor's LM "
+                                                                   "sees it; memory records the whole response")
 
     # --- executor ----------------------------------------------------------------------------
     react_max_iters: int = Field(6, ge=1)

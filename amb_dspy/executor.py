@@ -1,7 +1,8 @@
 """The executor: ``dspy.ReAct`` from the adapter's enhanced prompt to an answer, with the bank's tools.
 
 The bank reads back what the executor did from the ReAct trajectory (:class:`ToolCall` records),
-so tool responses can become memory without the tools knowing about the bank.
+so tool responses can become memory without the tools knowing about the bank. A record holds a
+response's whole text, also where the LM was shown it cut (:mod:`amb_dspy.tools.observation`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import dspy
 
 from amb_dspy.internals import react_steps
+from amb_dspy.tools.observation import full_text
 
 # Tools whose responses are not new knowledge: reading memory back, and ReAct's own finish call.
 NOT_KNOWLEDGE = frozenset({"deep_retrieval", "finish"})
@@ -78,7 +80,7 @@ def tool_calls_from(trajectory: dict[str, Any]) -> list[ToolCall]:
     calls = []
     for name, args, observation in react_steps(trajectory):
         args = args or {}
-        calls.append(ToolCall(name=name, args=args if isinstance(args, dict) else {"value": args}, observation=observation))
+        calls.append(ToolCall(name=name, args=args if isinstance(args, dict) else {"value": args}, observation=full_text(observation)))
     return calls
 
 

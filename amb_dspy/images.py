@@ -1,4 +1,5 @@
-"""Images given with a task: checked up front, staged in temporary storage keyed by doc_id until
+"""Images given with a task: checked up front (:func:`read_image`: a regular file, size-capped, decoded by
+Pillow), staged in temporary storage keyed by doc_id until
 planning schedules their recognition, then moved into the bank's storage directory as attachments.
 
 Only files move here; the recognition task's wording and the prompt are the adapter's.
@@ -6,39 +7,64 @@ Only files move here; the recognition task's wording and the prompt are the adap
 
 from __future__ import annotations
 
+import io
+import os
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from amb_dspy.errors import InputError
 from amb_dspy.storage import Attachment, AttachmentType
 
-_IMAGE_SIGNATURES = {
-    b"\x89PNG\r\n\x1a\n": "png",
-    b"\xff\xd8\xff": "jpeg",
-    b"GIF87a": "gif",
-    b"GIF89a": "gif",
-    b"BM": "bmp",
-}
+# Pillow's names of the formats accepted as images, and the file suffix each is stored with.
+IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpeg", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
+MAX_IMAGE_BYTES = 20_000_000
 
 
-def image_format(path: Path) -> str:
-    """The image format from the file's magic bytes; InputError if it is not a readable image."""
+def read_image(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> tuple[str, bytes]:
+    """``(format, bytes)`` of an image file, or InputError (one line) if it is not a readable image.
+
+    The file is opened without blocking and checked to be a regular file before anything is read
+    (a FIFO or a device is refused, never waited on), its size is capped, and Pillow decodes its
+    header and verifies its structure: a file is an image because it decodes as one, not because
+    of its first bytes. The bytes returned are the ones checked.
+    """
+    from PIL import Image, UnidentifiedImageError  # here, not at the top: `amb --help` stays light
+
     try:
-        with path.open("rb") as handle:
-            head = handle.read(16)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise InputError(f"image {path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"image {path}: is a directory, not an image file") from None
     except OSError as exc:
         raise InputError(f"image {path}: cannot be read ({exc.strerror or exc})") from None
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    for magic, name in _IMAGE_SIGNATURES.items():
-        if head.startswith(magic):
-            return name
-    raise InputError(f"image {path}: not a PNG, JPEG, GIF, WEBP or BMP image")
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise InputError(f"image {path}: is a directory, not an image file")
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"image {path}: not a regular file (a FIFO, socket or device)")
+        if info.st_size > max_bytes:
+            raise InputError(f"image {path}: {info.st_size / 1e6:.1f} MB is over the {max_bytes / 1e6:g} MB limit")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise InputError(f"image {path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:  # it grew after the size check
+        raise InputError(f"image {path}: over the {max_bytes / 1e6:g} MB limit")
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            kind = image.format
+            image.verify()
+    except Exception as exc:  # noqa: BLE001 - Pillow's decoders fail on bad data with many exception types
+        reason = "not a PNG, JPEG, GIF, WEBP or BMP image" if isinstance(exc, UnidentifiedImageError) else \
+            f"not a valid image ({' '.join(str(exc).split())[:150] or type(exc).__name__})"
+        raise InputError(f"image {path}: {reason}") from None
+    if kind not in IMAGE_FORMATS:
+        raise InputError(f"image {path}: a {kind} image; only PNG, JPEG, GIF, WEBP and BMP are accepted")
+    return IMAGE_FORMATS[kind], data
 
 
 @dataclass(frozen=True)
@@ -57,13 +83,13 @@ class ImageStager:
 
     def stage_images(self, doc_id: str, paths: list[Path]) -> list[StagedImage]:
         """Check every image first (nothing is copied if one is bad), then copy them to temp storage."""
-        checked = [(Path(p), image_format(Path(p))) for p in paths]
+        checked = [(Path(p), *read_image(Path(p))) for p in paths]
         folder = self.temp_dir / doc_id
         staged = []
-        for i, (path, fmt) in enumerate(checked):
+        for i, (path, fmt, data) in enumerate(checked):
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"{i:03d}-{path.name}"
-            shutil.copyfile(path, target)
+            target.write_bytes(data)  # the bytes that were checked
             staged.append(StagedImage(original_name=path.name, temp_path=target, format=fmt))
         if staged:
             self._staged.setdefault(doc_id, []).extend(staged)

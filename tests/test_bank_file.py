@@ -4,6 +4,7 @@ file is refused with one line while the current bank stays as it was."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -134,7 +135,28 @@ BAD_FILES = {
     "entry without text": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].pop("text")), "text"),
     "bad attachment type": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][1]["attachments"][0].update(
         type="video")), "type"),
+    # hostile files (issue 15): each of these escaped as an exception or was accepted
+    "schema version true": (lambda good: edited(good, lambda d: d.update(schema_version=True)), "schema version True"),
+    "node timestamp 1e308": (lambda good: edited(good, lambda d: first_node(d).update(timestamp=1e308)), "timestamp"),
+    "infinite entry timestamp": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].update(
+        timestamp=float("inf"))), "timestamp"),
+    "negative merge timestamp": (lambda good: edited(good, lambda d: d["interaction_tree"]["merge_events"][0].update(
+        timestamp=-1.0)), "timestamp"),
+    "5,000-digit timestamp": (lambda good: write(good, re.sub(
+        rb'"timestamp": [0-9.]+', b'"timestamp": 1' + b"0" * 5000 + b".5", good.read_bytes(), count=1)), "timestamp"),
+    "5,000-digit number": (lambda good: write(good, good.read_bytes().replace(
+        b'"embedding_dim": 384', b'"embedding_dim": ' + b"9" * 5000)), "digits"),
+    "JSON nested 100,000 deep": (lambda good: write(good, b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+    "metadata nested 600 deep": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].update(
+        metadata=_nested(600))), "nested too deeply"),
 }
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 def write(good: Path, data: bytes) -> Path:

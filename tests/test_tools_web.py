@@ -136,7 +136,9 @@ class RecordingExtractor:
 
 
 def _config(**kw) -> AmbConfig:
+    """Settings for these tests: their server is on 127.0.0.1, which visit refuses unless told otherwise."""
     kw.setdefault("jina_api_key", "")
+    kw.setdefault("allow_private_urls", True)
     return AmbConfig(**kw)
 
 

@@ -85,6 +85,15 @@ def _first_error(exc: ValidationError) -> str:
 def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, QueryGraph, InteractionTree]:
     """Read and fully validate a bank file; raise BankFileError (one line) if it is not a valid bank."""
     path = Path(path)
+    raw = _read_json(path)
+    try:
+        return _validated(path, raw, embedding_dim)
+    except RecursionError:  # metadata nested deeper than Python's stack, though the JSON parser coped
+        raise BankFileError(f"{path}: invalid bank file: data nested too deeply") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The bank file's top-level JSON object, its format name and schema version checked."""
     if not path.is_file():
         raise BankFileError(f"{path}: no such bank file")
     try:
@@ -95,12 +104,22 @@ def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, 
         raise BankFileError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise BankFileError(f"{path}: not valid JSON (truncated or corrupt?) at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BankFileError(f"{path}: JSON nested too deeply to be a bank file") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise BankFileError(f"{path}: not a valid bank file ({' '.join(str(exc).split())[:150]})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise BankFileError(f"{path}: not an amb-dspy bank file (missing format '{FORMAT_NAME}')")
-    if raw.get("schema_version") != SCHEMA_VERSION:
+    version = raw.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:  # `true` == 1, but it is no version number
         raise BankFileError(
-            f"{path}: bank schema version {raw.get('schema_version')!r} is not supported (this amb-dspy reads {SCHEMA_VERSION})"
+            f"{path}: bank schema version {repr(version)[:50]} is not supported (this amb-dspy reads {SCHEMA_VERSION})"
         )
+    return raw
+
+
+def _validated(path: Path, raw: dict[str, Any], embedding_dim: int
+               ) -> tuple[InsightDoc | None, QueryGraph, InteractionTree]:
     try:
         data = BankFile.model_validate(raw)
     except ValidationError as exc:

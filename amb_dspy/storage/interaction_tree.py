@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PrivateAttr
 
-from amb_dspy.storage.clock import now
+from amb_dspy.storage.clock import Timestamp, now
 
 
 def new_id() -> str:
@@ -70,7 +70,7 @@ class InteractionEntry(BaseModel):
 
     entry_id: str = Field(default_factory=new_id)
     text: str
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     metadata: FrozenMetadata = Field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
 
@@ -81,7 +81,7 @@ class MergeEvent(BaseModel):
     event_id: str = Field(default_factory=new_id)
     merged_node_ids: tuple[str, ...]
     new_node_id: str
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     description: str = ""
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from amb_dspy.storage.clock import now
+from amb_dspy.storage.clock import Timestamp, now
 
 
 def _as_vector(value: Any) -> np.ndarray:
@@ -40,7 +40,7 @@ class QueryGraphNode(BaseModel):
     context: str
     keywords: list[str] = Field(default_factory=list)
     embedding: Vector
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     links: list[str] = Field(default_factory=list)
 
     @property

@@ -13,6 +13,8 @@ import requests
 
 from amb_dspy.errors import one_line
 from amb_dspy.tools.corpus import LocalCorpus
+from amb_dspy.tools.observation import Observation
+from amb_dspy.tools.text import truncate
 from amb_dspy.tools.types import DEFAULT_K, SearchBackend, SearchError, SearchResult
 
 if TYPE_CHECKING:
@@ -22,6 +24,10 @@ if TYPE_CHECKING:
 SERPER_ENDPOINT = "https://google.serper.dev/search"
 NO_BACKEND = ("Error: no search backend is configured; set SERPER_API_KEY or give a local corpus "
               "(amb run --corpus PATH or AMB_CORPUS).")
+# What one result shows the LM: real titles and snippets are far shorter. A longer one is cut in the
+# LM's view only; memory records it whole (see amb_dspy.tools.observation).
+MAX_TITLE_CHARS = 300
+MAX_SNIPPET_CHARS = 1_000
 
 
 class SerperSearch:
@@ -87,20 +93,31 @@ def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) ->
     return None
 
 
-def format_results(query: str, results: list[SearchResult]) -> str:
+def format_results(query: str, results: list[SearchResult], *, cut: bool = False) -> str:
+    """Results as numbered lines; with ``cut``, titles, urls and snippets are cut to what a result may show."""
+    def line(text: str, max_chars: int) -> str:
+        text = " ".join(text.split())
+        return truncate(text, max_chars) if cut else text
+
     if not results:
         return f"No results for '{query}'. Try other or fewer keywords."
     lines = [f"Search for '{query}' found {len(results)} results:"]
     for i, result in enumerate(results, 1):
-        lines.append(f"{i}. [{' '.join(result.title.split())}]({result.url})")
+        lines.append(f"{i}. [{line(result.title, MAX_TITLE_CHARS)}]({line(result.url, MAX_TITLE_CHARS)})")
         if result.date:
-            lines.append(f"   Date: {result.date}")
-        lines.append(f"   {' '.join(result.snippet.split())}")
+            lines.append(f"   Date: {line(result.date, MAX_TITLE_CHARS)}")
+        lines.append(f"   {line(result.snippet, MAX_SNIPPET_CHARS)}")
     return "\n".join(lines)
 
 
 class SearchTool:
-    """``search(query) -> str``: the formatted top results of the backend, or one ``Error:`` line."""
+    """``search(query) -> str``: the formatted top ``k`` results of the backend, or one ``Error:`` line.
+
+    At most ``k`` results are shown whatever the backend returns, and an answer that is not a list
+    of :class:`SearchResult` is reported as an error line, like any other backend failure. Overlong
+    titles and snippets are cut in what the LM sees; the returned
+    :class:`~amb_dspy.tools.observation.Observation` keeps them whole for memory.
+    """
 
     def __init__(self, backend: SearchBackend | None, k: int = DEFAULT_K):
         self.backend = backend
@@ -118,4 +135,11 @@ class SearchTool:
             return f"Error: search failed: {exc}"
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
             return f"Error: search failed: {type(exc).__name__}: {one_line(exc)}"
-        return format_results(query, results)
+        if not isinstance(results, (list, tuple)):
+            return f"Error: search failed: the backend returned a {type(results).__name__}, not a list of results"
+        results = list(results[: self.k])
+        wrong = next((r for r in results if not isinstance(r, SearchResult)), None)
+        if wrong is not None:
+            return f"Error: search failed: the backend returned a {type(wrong).__name__} result, not a SearchResult"
+        shown, full = format_results(query, results, cut=True), format_results(query, results)
+        return shown if shown == full else Observation(shown, full)
