@@ -23,11 +23,11 @@ def _fail(message: str, code: int = 1) -> None:
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input or configuration: reported in one line, without a traceback."""
-    from amb_dspy.errors import InputError
+    from amb_dspy.errors import ConfigError, InputError
     from amb_dspy.retrieval.embedding import EmbeddingError
     from amb_dspy.storage.bank_file import BankFileError
 
-    errors: list[type[BaseException]] = [InputError, BankFileError, EmbeddingError, FileNotFoundError]
+    errors: list[type[BaseException]] = [InputError, ConfigError, BankFileError, EmbeddingError, FileNotFoundError]
     for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
                          ("amb_dspy.tools.corpus", "CorpusError")):
         try:
@@ -63,6 +63,7 @@ def run(
 
     console = Console(stderr=True)
     overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops}.items() if v is not None}
+    bank = None
     try:
         config = AmbConfig(**overrides)
         from amb_dspy.bank import MemoryBank, read_context_file
@@ -86,15 +87,14 @@ def run(
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.run(task, context=context, images=list(image))
+    except KeyboardInterrupt:
+        _fail(_interrupted(bank, export), code=130)
     except _expected_errors() as exc:
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if os.environ.get("AMB_DEBUG"):
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
-    if export:
-        bank.export(export)
-        console.print(f"bank exported to {export}")
     for agent, usage in result.usage.items():
         console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
                       f"completion {usage['completion_tokens']:>6}")
@@ -103,6 +103,32 @@ def run(
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
     typer.echo(result.answer or "(no answer)")
+    if export:
+        _export(bank, export)
+        console.print(f"bank exported to {export}")
+    if not result.answer:
+        _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
+
+
+def _export(bank, path: Path) -> None:
+    """Write the bank, or fail in one line (the answer is already printed)."""
+    from amb_dspy.storage.bank_file import BankFileError
+
+    try:
+        bank.export(path)
+    except (OSError, BankFileError) as exc:
+        _fail(f"cannot export the bank to {path}: {one_line(exc)}")
+
+
+def _interrupted(bank, export: Path | None) -> str:
+    """What an interrupted run kept: the memory built so far, exported when --export was given."""
+    if bank is None or bank.memory is None:
+        return "interrupted before the run started: nothing was kept"
+    kept = f"interrupted: memory kept {len(bank.store.graph)} nodes and {len(bank.store.tree)} entries"
+    if export is None:
+        return kept + " (not written: no --export)"
+    _export(bank, export)
+    return f"{kept}, exported to {export}"
 
 
 def _run_command(call) -> None:

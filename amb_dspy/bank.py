@@ -25,13 +25,14 @@ from amb_dspy.agents import (
     AGENT_CLASSES,
     AgentError,
     ConflictNotification,
+    answer_goal_task,
     cross_validation_task,
     is_cross_validation_task,
 )
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.executor import Executor
+from amb_dspy.executor import ExecutionResult, Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
 from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
@@ -91,6 +92,10 @@ class MemoryBank:
         if compiled is not None:
             self.agents = apply_compiled(self.agents, compiled)  # keeps this bank's config
         self.agents.update(agents or {})
+        for name, agent in self.agents.items():  # a window too small for its own prompt fails here, not mid-run
+            if hasattr(agent, "check_window"):
+                with self.lms.use(name):
+                    agent.check_window()
 
         self._search, self._corpus = search, corpus
         self.store = MemoryStore(self.embedder)
@@ -105,8 +110,14 @@ class MemoryBank:
 
     # --- agent calls -------------------------------------------------------------------------
     def _agent(self, name: str, **inputs):
+        """Call an agent with its LM; anything it raises but the LM-call cap becomes its AgentError."""
         with self.lms.use(name):
-            return self.agents[name](**inputs)
+            try:
+                return self.agents[name](**inputs)
+            except AgentError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - an agent's failure fails the task, never the run
+                raise AgentError(name, f"{type(exc).__name__}: {one_line(exc)}") from exc
 
     def _emit(self, phase: str, state: RunState, message: str = "") -> None:
         if self.progress is None or self.meter is None:
@@ -192,8 +203,8 @@ class MemoryBank:
         """Initialise, execute until done or capped, answer; returns how the run ended."""
         termination = "running"
         try:
+            executor = self._build_executor()  # a bad corpus fails before any LM call
             self._initialise(state, context)
-            executor = self._build_executor()
             while True:
                 stop = self._termination(state)
                 if stop:
@@ -210,6 +221,8 @@ class MemoryBank:
             state.errors.append(str(exc))
         finally:
             self.images.cleanup(state.doc_id)
+        if termination == "goal_met" and not state.answer:
+            termination = "no_answer"  # the goal is met only by an answer
         return termination
 
     def export(self, path: str | Path) -> None:
@@ -222,7 +235,11 @@ class MemoryBank:
         failure = ""
         if context.strip():
             new_nodes, failure = self.memory.convert(state, context, {"source": "user_context"})
-        self._plan(state, new_nodes, report="", failure=failure)
+        planned = self._plan(state, new_nodes, report="", failure=failure)
+        if (failure or not planned) and not self.store.insight_doc.pending_tasks:
+            # Nothing was planned because something failed: the executor still tries, rather than the
+            # run ending as if the goal were met.
+            self.store.set_insight_doc(revised(self.store.insight_doc, pending=[answer_goal_task()]))
 
     def _step(self, state: RunState, executor) -> None:
         doc = self.store.insight_doc
@@ -232,17 +249,16 @@ class MemoryBank:
         images = None
         if kind is TaskKind.IMAGE:
             images = [dspy.Image.from_path(str(i.temp_path)) for i in self.images.pending_images(state.doc_id)]
-        prompt = self.memory_adapter.enhance_prompt(doc)
         try:
-            with self.lms.use("executor", tools=executor.tools):
-                result = executor(enhanced_prompt=prompt, images=images)
+            result = self._execute(executor, self.memory_adapter.enhance_prompt(doc), images)
         except Exception as exc:  # noqa: BLE001 - fails the task, not the run (the LM-call cap is a BaseException)
             message = f"executor failed: {type(exc).__name__}: {one_line(exc)}"
             state.errors.append(message)
             if state.active is not None:  # the conflict is still there: check it again later
                 self._requeue(state, state.active)
                 state.active = None
-            self._plan(state, [], report="", failure=message)
+            new_nodes, _ = self._remember(state, ExecutionResult("", list(executor.calls)), doc)
+            self._plan(state, new_nodes, report="", failure=message)
             return
 
         new_nodes: list[QueryGraphNode] = []
@@ -254,13 +270,27 @@ class MemoryBank:
             new_nodes, failure = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
         else:
             state.answer = result.answer
-            knowledge = result.knowledge
-            if knowledge:
-                text = knowledge_text(knowledge)
-                meta = {"source": "executor", "task": doc.current_task or doc.task_goal,
-                        "tool_calls": [{"name": c.name, "args": c.args} for c in knowledge], "answer": result.answer}
-                new_nodes, failure = self.memory.convert(state, text, meta)
+            new_nodes, failure = self._remember(state, result, doc)
         self._plan(state, new_nodes, report=result.report(), failure=failure)
+
+    def _execute(self, executor: Executor, prompt: str, images: list | None = None) -> ExecutionResult:
+        """Run the executor; if the LM-call cap stops it, what its tools returned is kept before the run ends."""
+        try:
+            with self.lms.use("executor", tools=executor.tools):
+                return executor(enhanced_prompt=prompt, images=images)
+        except LMCallCapReached as exc:
+            calls = ExecutionResult("", list(executor.calls)).knowledge
+            if calls:
+                self.memory.keep_raw(knowledge_text(calls), _tool_metadata(calls, self.store.insight_doc), str(exc))
+            raise
+
+    def _remember(self, state: RunState, result: ExecutionResult, doc: InsightDoc) -> tuple[list[QueryGraphNode], str]:
+        """Memory conversion of what an execution's tools returned (nothing when they returned nothing new)."""
+        knowledge = result.knowledge
+        if not knowledge:
+            return [], ""
+        metadata = {**_tool_metadata(knowledge, doc), "answer": result.answer}
+        return self.memory.convert(state, knowledge_text(knowledge), metadata)
 
     def _final_answer(self, state: RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
@@ -268,12 +298,13 @@ class MemoryBank:
         final_doc = revised(doc)
         self._emit("answer", state)
         try:
-            with self.lms.use("executor", tools=executor.tools):
-                result = executor(enhanced_prompt=self.memory_adapter.enhance_prompt(final_doc))
+            result = self._execute(executor, self.memory_adapter.enhance_prompt(final_doc))
         except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
             state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
+            self._remember(state, ExecutionResult("", list(executor.calls)), final_doc)
             return
         state.answer = result.answer or state.answer
+        self._remember(state, result, final_doc)  # what the last pass looked up stays in memory too
 
     def _termination(self, state: RunState) -> str | None:
         doc = self.store.insight_doc
@@ -305,7 +336,8 @@ class MemoryBank:
             return
         state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))
 
-    def _plan(self, state: RunState, new_nodes: list[QueryGraphNode], report: str, failure: str) -> None:
+    def _plan(self, state: RunState, new_nodes: list[QueryGraphNode], report: str, failure: str) -> bool:
+        """Let planning revise the Insight Doc; False when the planning agent failed (a fallback was used)."""
         doc = self.store.insight_doc
         state.active = self._next_conflict(state)
         notification = None
@@ -318,7 +350,9 @@ class MemoryBank:
                                                                               if n.id in self.store.graph],
                                conflict=notification, execution_report=report, failure_reason=failure)
             new_doc = revised(doc, completed=plan.completed_tasks, pending=plan.pending_tasks[:1])
+            planned = True
         except AgentError as exc:
+            planned = False
             state.errors.append(str(exc))
             completed = list(doc.completed_tasks)
             if doc.current_task:
@@ -333,3 +367,9 @@ class MemoryBank:
             if recognition:
                 new_doc = revised(new_doc, pending=[recognition])
         self.store.set_insight_doc(new_doc)
+        return planned
+
+
+def _tool_metadata(calls: list, doc: InsightDoc) -> dict[str, Any]:
+    return {"source": "executor", "task": doc.current_task or doc.task_goal,
+            "tool_calls": [{"name": c.name, "args": c.args} for c in calls]}

@@ -14,3 +14,7 @@ def one_line(error: BaseException | str, limit: int = 300) -> str:
 
 class InputError(ValueError):
     """User input that cannot be used; the message is one line saying why."""
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work (for example an agent window too small for its own instructions); one line."""

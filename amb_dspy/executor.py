@@ -1,7 +1,7 @@
 """The executor: ``dspy.ReAct`` from the adapter's enhanced prompt to an answer, with the bank's tools.
 
-The bank reads back what the executor did from the ReAct trajectory (:class:`ToolCall` records),
-so tool responses can become memory without the tools knowing about the bank. A record holds a
+The executor records every tool call as it returns (:class:`ToolCall`), so tool responses can become
+memory without the tools knowing about the bank, even when the execution fails after them. A record holds a
 response's whole text, also where the LM was shown it cut (:mod:`amb_dspy.tools.observation`).
 """
 
@@ -13,7 +13,6 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.internals import react_steps
 from amb_dspy.tools.observation import full_text
 
 # Tools whose responses are not new knowledge: reading memory back, and ReAct's own finish call.
@@ -76,26 +75,37 @@ class ExecutionResult:
         return "\n".join(lines)[:limit]
 
 
-def tool_calls_from(trajectory: dict[str, Any]) -> list[ToolCall]:
-    calls = []
-    for name, args, observation in react_steps(trajectory):
-        args = args or {}
-        calls.append(ToolCall(name=name, args=args if isinstance(args, dict) else {"value": args}, observation=full_text(observation)))
-    return calls
+def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
+    """``tool``, recording each call and its whole response in ``calls`` the moment it returns."""
+    func = tool.func
+
+    def call(**kwargs: Any) -> Any:
+        observation = func(**kwargs)
+        calls.append(ToolCall(name=tool.name, args=dict(kwargs), observation=full_text(observation)))
+        return observation
+
+    tool.func = call
+    return tool
 
 
 class Executor(dspy.Module):
-    """ReAct over the enhanced prompt. Predictors: ``react`` (text tasks) and ``react_images``."""
+    """ReAct over the enhanced prompt. Predictors: ``react`` (text tasks) and ``react_images``.
+
+    Every tool call is recorded as it returns (``calls``, the current execution's, oldest first), so
+    what the tools found survives an execution that fails or is stopped after them.
+    """
 
     def __init__(self, tools: list[dspy.Tool], max_iters: int = 6):
         super().__init__()
-        self.tools = list(tools)
-        self.react = dspy.ReAct(ExecuteTask, tools=tools, max_iters=max_iters)
-        self.react_images = dspy.ReAct(ExecuteTaskWithImages, tools=tools, max_iters=max_iters)
+        self.calls: list[ToolCall] = []
+        self.tools = [_recorded(tool, self.calls) for tool in tools]
+        self.react = dspy.ReAct(ExecuteTask, tools=self.tools, max_iters=max_iters)
+        self.react_images = dspy.ReAct(ExecuteTaskWithImages, tools=self.tools, max_iters=max_iters)
 
     def forward(self, enhanced_prompt: str, images: list[dspy.Image] | None = None) -> ExecutionResult:
+        self.calls.clear()
         if images:
             prediction = self.react_images(enhanced_prompt=enhanced_prompt, images=images)
         else:
             prediction = self.react(enhanced_prompt=enhanced_prompt)
-        return ExecutionResult(answer=str(prediction.answer or "").strip(), tool_calls=tool_calls_from(prediction.trajectory))
+        return ExecutionResult(answer=str(prediction.answer or "").strip(), tool_calls=list(self.calls))

@@ -9,20 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 
-def react_steps(trajectory: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(tool name, tool args, observation)`` for each step of a ``dspy.ReAct`` trajectory, in order;
-    the observation is the object the tool returned (a string, or a string carrying more, as is).
-
-    ReAct keeps its trajectory as a flat dict: ``tool_name_0``, ``tool_args_0``, ``observation_0``, ...
-    """
-    steps, i = [], 0
-    while f"tool_name_{i}" in trajectory:
-        steps.append((str(trajectory[f"tool_name_{i}"]), trajectory.get(f"tool_args_{i}"),
-                      trajectory.get(f"observation_{i}", "")))
-        i += 1
-    return steps
-
-
 def json_adapter_prepare_response_format(adapter: Any, lm: Any, lm_kwargs: dict[str, Any], signature: Any) -> None:
     """Call ``dspy.JSONAdapter``'s hook that writes ``response_format`` into ``lm_kwargs`` for ``signature``.
 

@@ -16,6 +16,7 @@ from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbor
 from amb_dspy.config import AmbConfig
 from amb_dspy.executor import ExecutionResult
 from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.lm import LMCallCapReached
 from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 
@@ -52,9 +53,11 @@ class MemoryWriter:
                 drafts.append(NodeContent(summary=structured.summary, context=cluster.context, keywords=list(cluster.keywords)))
         except AgentError as exc:
             state.errors.append(str(exc))
-            self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": str(exc)},
-                                                     attachments=tuple(attachments)))
+            self.keep_raw(text, metadata, str(exc), attachments)
             return [], str(exc)
+        except LMCallCapReached as exc:  # the run stops, the text stays
+            self.keep_raw(text, metadata, str(exc), attachments)
+            raise
         with self.store.transaction():
             nodes = self.store.add_nodes(drafts)
             self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
@@ -64,6 +67,12 @@ class MemoryWriter:
             later = {n.id for n in nodes[i + 1:]}  # clusters are analysed in order, as if added one by one
             failure = self.analyse(state, node, exclude=later) or failure
         return nodes, failure
+
+    def keep_raw(self, text: str, metadata: dict[str, Any], reason: str, attachments: list = ()) -> None:
+        """Record ``text`` as an entry that became no node, saying why, so no response is ever lost."""
+        if text.strip() or attachments:
+            self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
+                                                     attachments=tuple(attachments)))
 
     def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
         """Relate a node to what retrieval finds for it; returns a failure reason or ""."""
@@ -101,9 +110,11 @@ class MemoryWriter:
     def resolve_conflict(self, state: RunState, result: ExecutionResult) -> tuple[list[QueryGraphNode], str]:
         conflict, state.active = state.active, None
         ids = [i for i in conflict.node_ids if i in self.store.graph]
+        validation = validation_text(result)  # recorded whole; the integration agent is shown its start
+        metadata = {"source": "cross_validation", "merged_node_ids": ids, "conflict": conflict.description}
         if len(ids) < 2:
+            self.keep_raw(validation, metadata, "the conflicting nodes are no longer in the graph")
             return [], ""
-        validation = validation_text(result)[:MAX_VALIDATION_CHARS]
         nodes_to_merge = []
         for node_id in ids:
             node = self.store.graph.node(node_id)
@@ -113,10 +124,15 @@ class MemoryWriter:
                                                     keywords=list(node.keywords), neighbors=neighbours))
         self._emit("merge", state)
         try:
-            merged = self._agent("integration", nodes_to_merge=nodes_to_merge, validation_result=validation)
+            merged = self._agent("integration", nodes_to_merge=nodes_to_merge,
+                                 validation_result=validation[:MAX_VALIDATION_CHARS])
         except AgentError as exc:
             state.errors.append(str(exc))
+            self.keep_raw(validation, metadata, str(exc))
             return [], str(exc)
+        except LMCallCapReached as exc:
+            self.keep_raw(validation, metadata, str(exc))
+            raise
         with self.store.transaction():
             new, _event = self.store.merge_nodes(
                 ids,
@@ -124,9 +140,7 @@ class MemoryWriter:
                 description=merged.interaction_tree_description,
                 neighbour_updates=dict(merged.neighbor_updates),
             )
-            self.store.record_entry(InteractionEntry(
-                text=validation, metadata={"source": "cross_validation", "merged_node_ids": ids, "conflict": conflict.description},
-            ), [new.id])
+            self.store.record_entry(InteractionEntry(text=validation, metadata=metadata), [new.id])
         # The merged node goes back through retrieval and analysis, its inherited neighbours excluded.
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure

@@ -11,27 +11,9 @@ import dspy
 import pytest
 from test_lm import ScriptedEngine
 
-from amb_dspy.internals import json_adapter_prepare_response_format, react_steps, reported_usage
+from amb_dspy.internals import json_adapter_prepare_response_format, reported_usage
 
 UPGRADE = "the installed {lib} changed {what}: update amb_dspy/{where}"
-
-
-def test_react_trajectory_keys_are_read_in_order():
-    def lookup(term: str) -> str:
-        return f"{term} is a river"
-
-    lm = dspy.utils.DummyLM([
-        {"next_thought": "look it up", "next_tool_name": "lookup", "next_tool_args": {"term": "Seine"}},
-        {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}},
-        {"reasoning": "found", "answer": "a river"},
-    ])
-    with dspy.context(lm=lm, adapter=dspy.ChatAdapter()):
-        prediction = dspy.ReAct("question -> answer", tools=[lookup], max_iters=3)(question="What is the Seine?")
-    steps = react_steps(prediction.trajectory)
-    assert steps, UPGRADE.format(lib="DSPy", what="ReAct's trajectory keys (tool_name_N, tool_args_N, observation_N)",
-                                 where="internals.py react_steps")
-    assert steps[0] == ("lookup", {"term": "Seine"}, "Seine is a river")
-    assert steps[-1][0] == "finish"
 
 
 class OpenMapping(dspy.Signature):

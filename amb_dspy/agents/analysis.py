@@ -99,6 +99,9 @@ class AnalysisAgent(MemoryAgent):
         super().__init__(config, token_counter, lm)
         self.analyze = dspy.Predict(AnalyzeRelationships)
 
+    def check_window(self) -> None:
+        self.content_budget(self.analyze, new_node=NodeContent("", "", []), candidates=[])
+
     def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
         unique: dict[str, NodeInfo] = {}
         for candidate in candidates:

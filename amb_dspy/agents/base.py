@@ -33,6 +33,7 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import AgentName, AmbConfig
+from amb_dspy.errors import ConfigError
 from amb_dspy.lm import prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
 
@@ -124,11 +125,15 @@ class MemoryAgent(dspy.Module):
         overhead = self.prompt_tokens(predictor, **empty_inputs)
         budget = int(self.window * self.config.chunk_ratio) - overhead
         if budget < MIN_INPUT_BUDGET:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name} window of {self.window} tokens leaves {budget} for input after {overhead} tokens of "
                 f"instructions and demos; raise AMB_{self.name.upper()}_WINDOW"
             )
         return budget
+
+    def check_window(self) -> None:
+        """Raise :class:`ConfigError` when the window leaves no room for input; the bank calls it before
+        any LM call. Agents whose prompts are not sized to a window have nothing to check."""
 
     # --- calling the LM -------------------------------------------------------------------------
 

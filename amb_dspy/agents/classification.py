@@ -83,6 +83,9 @@ class ClassificationAgent(MemoryAgent):
         self.max_segment_tokens = max_segment_tokens
         self.classify = dspy.Predict(ClassifySegments)
 
+    def check_window(self) -> None:
+        self.content_budget(self.classify, task_goal="", segments="")
+
     def forward(self, context: str, task_goal: str = "") -> ClassificationOutput:
         if not context.strip():
             return ClassificationOutput(should_cluster=False, clusters=[])

@@ -59,6 +59,11 @@ def cross_validation_task(conflict: ConflictNotification) -> str:
     )
 
 
+def answer_goal_task() -> str:
+    """The task that asks the executor to answer the goal from what memory and the tools give it."""
+    return "Answer the task goal from the memory below, searching for what it lacks"
+
+
 def conflicting_node_ids(task: str) -> list[str]:
     """The node ids named by a :func:`cross_validation_task` text; ValueError for any other text."""
     match = _CROSS_VALIDATE.match(task.strip())
