@@ -7,6 +7,7 @@ Heavy libraries (DSPy, torch, FAISS, sentence-transformers) are imported inside 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import typer
@@ -47,7 +48,7 @@ def version() -> None:
 
 @app.command()
 def run(
-    task: str = typer.Argument(..., help="what the agent should do or answer"),
+    task: str | None = typer.Argument(None, help="what the agent should do or answer (not with --resume)"),
     context_file: Path | None = typer.Option(None, "--context-file", help="long text given with the task"),
     image: list[Path] = typer.Option([], "--image", help="an image attached to the task (repeatable)"),
     corpus: Path | None = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
@@ -55,6 +56,9 @@ def run(
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
     max_loops: int | None = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+    bank_file: Path | None = typer.Option(None, "--bank", help="start from this bank (e.g. from `amb ingest`); the file is not changed"),
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", help="checkpoint folder (default: STORAGE_DIR/checkpoints/<time>)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the killed run whose checkpoint folder this is"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -66,6 +70,9 @@ def run(
     bank = None
     try:
         config = AmbConfig(**overrides)
+        if resume is None:
+            folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
+            config = config.model_copy(update={"checkpoint_dir": folder})
         from amb_dspy.bank import MemoryBank, read_context_file
 
         context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
@@ -74,6 +81,10 @@ def run(
             def show(event) -> None:
                 if event.phase == "notice":  # said once, whatever the display
                     console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
+                    return
+                if event.phase == "checkpoint":
+                    console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
+                                  "this run if it stops)", highlight=False, soft_wrap=True)
                     return
                 line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
                         f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
@@ -86,7 +97,10 @@ def run(
             bank = MemoryBank(config, compiled=compiled, progress=show)
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.run(task, context=context, images=list(image))
+            if resume is not None:
+                result = bank.resume(resume)
+            else:
+                result = bank.run(task or "", context=context, images=list(image), bank=bank_file)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, export), code=130)
     except _expected_errors() as exc:
@@ -102,12 +116,43 @@ def run(
                   f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
+    for cited in result.citations:
+        console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
     typer.echo(result.answer or "(no answer)")
     if export:
         _export(bank, export)
         console.print(f"bank exported to {export}")
     if not result.answer:
         _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
+
+
+@app.command()
+def ingest(
+    context_file: Path = typer.Option(..., "--context-file", help="the document or conversation to remember"),
+    export: Path = typer.Option(..., "--export", help="write the bank (JSON) here"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+) -> None:
+    """Turn a long text into a bank once (no planning, no executor); then ask it many questions with `amb run --bank`."""
+    from amb_dspy.config import AmbConfig
+
+    def call() -> None:
+        from amb_dspy.bank import MemoryBank, read_context_file
+
+        config = AmbConfig(**({"lm": lm} if lm else {}))
+        bank = MemoryBank(config, compiled=compiled)
+        if bank.notice:
+            typer.echo(bank.notice, err=True)
+        result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
+        _export(bank, export)
+        calls = sum(u["calls"] for u in result.usage.values())
+        tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
+        for error in result.errors:
+            typer.echo(f"note: {error}", err=True)
+        typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
+                   f"{result.seconds:.1f} s; bank written to {export}")
+
+    _run_command(call)
 
 
 def _export(bank, path: Path) -> None:

@@ -20,46 +20,39 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import MemoryAdapter, TaskKind, image_task, knowledge_text, recognition_text
+from amb_dspy.adapter import MemoryAdapter
 from amb_dspy.agents import (
     AGENT_CLASSES,
     AgentError,
-    ConflictNotification,
-    answer_goal_task,
-    cross_validation_task,
-    is_cross_validation_task,
 )
+from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.executor import ExecutionResult, Executor
+from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
 from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
-from amb_dspy.memory_writer import MemoryWriter, node_info
+from amb_dspy.memory_writer import MemoryWriter
+from amb_dspy.phases import LoopPhases
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.run_state import (
-    Conflict,
+    IngestResult,
     ProgressEvent,
     RunResult,
     RunState,
     read_context_file,
-    revised,
 )
 from amb_dspy.storage import (
-    CompletedTask,
     InsightDoc,
     InteractionEntry,
-    QueryGraphNode,
-    TaskStatus,
-    TaskType,
 )
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
 __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
 
 
-class MemoryBank:
+class MemoryBank(LoopPhases):
     """An agent with a task-scoped, structured memory. ``run(task, context, images)`` answers a task."""
 
     def __init__(
@@ -144,34 +137,48 @@ class MemoryBank:
         return Executor(tools, max_iters=self.config.react_max_iters)
 
     # --- the run -----------------------------------------------------------------------------
-    def run(self, task: str, context: str = "", images: list[str | Path] = ()) -> RunResult:
-        """Answer ``task`` with ``context`` (long text, may be empty) and optional image files."""
+    def run(self, task: str, context: str = "", images: list[str | Path] = (),
+            bank: str | Path | MemoryStore | None = None) -> RunResult:
+        """Answer ``task`` with ``context`` (long text, may be empty) and optional image files.
+
+        ``bank``: a bank file (or a store) to start from, e.g. one written by :meth:`ingest`: the run works
+        on a copy of its Query Graph and Interaction Tree under a new Insight Doc; the file is not changed.
+        """
         started = time.monotonic()
         task = (task or "").strip()
         if not task:
             raise InputError("the task is empty: say what the agent should do")
-        context = context or ""
-        if len(context.encode("utf-8")) > self.config.max_context_bytes:
-            raise InputError(
-                f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
-                f"{self.config.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
-            )
+        context = self._checked_context(context)
         doc = InsightDoc(task_goal=task)
-        store = MemoryStore(self.embedder, doc)
-        memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha)
+        store, load_notices = self._start_store(bank, doc)
         staged = self.images.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on this run owns the bank's memory.
-        self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
-        self.notice = self.lms.notice
-        self.store, self.memory_adapter = store, memory_adapter
-        self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
-        # The meter belongs to this run, not to its LMs, which other banks may share.
-        self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
-        state = RunState(doc_id=doc.doc_id)
+        state = self._begin(store)
+        for notice in load_notices:
+            state.notices.append(notice)
+            self._emit("notice", state, notice)
         with self.meter.counting():
             if staged and reads_images(self.lms.for_agent("executor")) is False:
                 self._keep_unrecognised(state)
             termination = self._loop(state, context)
+        return self._result(state, termination, started)
+
+    def resume(self, directory: str | Path) -> RunResult:
+        """Continue the run whose checkpoint is in ``directory`` from its last completed loop (see
+        :mod:`amb_dspy.checkpoint`); it goes on checkpointing there."""
+        started = time.monotonic()
+        notices: list[str] = []
+        state, usage, store = read_checkpoint(directory, self.embedder, notices)
+        self.config = self.config.model_copy(update={"checkpoint_dir": Path(directory)})
+        self._begin(store)
+        self.meter.restore(usage)
+        for notice in notices:
+            self._emit("notice", state, notice)
+        with self.meter.counting():
+            termination = self._loop(state, "", resumed=True)
+        return self._result(state, termination, started)
+
+    def _result(self, state: RunState, termination: str, started: float) -> RunResult:
         self._emit("done", state, termination)
         return RunResult(
             answer=state.answer,
@@ -184,8 +191,62 @@ class MemoryBank:
             usage=self.meter.usage(),
             errors=state.errors,
             notices=state.notices,
+            citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
             seconds=round(time.monotonic() - started, 3),
         )
+
+    def ingest(self, context: str, name: str = "context") -> IngestResult:
+        """Memory conversion of ``context`` alone (classification -> structure -> nodes -> analysis): no
+        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``."""
+        started = time.monotonic()
+        context = self._checked_context(context)
+        if not context.strip():
+            raise InputError("nothing to ingest: the context is empty")
+        state = self._begin(MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}")))
+        with self.meter.counting():
+            try:
+                self.memory.convert(state, context, {"source": "user_context", "name": name})
+            except LMCallCapReached as exc:
+                state.errors.append(str(exc))
+        self._emit("done", state, "ingested")
+        return IngestResult(nodes=len(self.store.graph), edges=self.store.graph.edge_count, usage=self.meter.usage(),
+                            errors=state.errors, seconds=round(time.monotonic() - started, 3))
+
+    def _checked_context(self, context: str) -> str:
+        context = context or ""
+        if len(context.encode("utf-8")) > self.config.max_context_bytes:
+            raise InputError(
+                f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
+                f"{self.config.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
+            )
+        return context
+
+    def _start_store(self, bank: str | Path | MemoryStore | None, doc: InsightDoc) -> tuple[MemoryStore, list[str]]:
+        """A new task's store, empty or a copy of a bank's graph and tree (BankFileError if the file is bad),
+        and notices about the loading (a bank embedded with another model is embedded again)."""
+        notices: list[str] = []
+        if bank is None:
+            return MemoryStore(self.embedder, doc), notices
+        if not isinstance(bank, MemoryStore):
+            bank = MemoryStore.load(bank, self.embedder, notices=notices)
+        return bank.copy(doc), notices
+
+    def _begin(self, store: MemoryStore) -> RunState:
+        """Make ``store`` this bank's memory for a new run, with the LMs active now and a fresh meter."""
+        self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
+        self.notice = self.lms.notice
+        self.store = store
+        self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha)
+        self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
+        # The meter belongs to this run, not to its LMs, which other banks may share.
+        self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
+        return RunState(doc_id=store.insight_doc.doc_id)
+
+    def _citation(self, node_id: str) -> dict[str, str]:
+        """A cited node as a user checks it: its topic and the first raw passage it was built from."""
+        sources = self.store.source_texts(node_id)
+        return {"node_id": node_id, "topic": self.store.graph.node(node_id).context,
+                "source": " ".join(sources[0][3].split())[:300] if sources else ""}
 
     def _keep_unrecognised(self, state: RunState) -> None:
         """A text-only executor cannot recognise images: keep them as attachments and say so, before any LM call."""
@@ -199,12 +260,14 @@ class MemoryBank:
         state.notices.append(notice)
         self._emit("notice", state, notice)
 
-    def _loop(self, state: RunState, context: str) -> str:
-        """Initialise, execute until done or capped, answer; returns how the run ended."""
+    def _loop(self, state: RunState, context: str, resumed: bool = False) -> str:
+        """Initialise (unless resumed), execute until done or capped, answer; returns how the run ended."""
         termination = "running"
         try:
             executor = self._build_executor()  # a bad corpus fails before any LM call
-            self._initialise(state, context)
+            if not resumed:
+                self._initialise(state, context)
+                self._checkpoint(state)
             while True:
                 stop = self._termination(state)
                 if stop:
@@ -215,6 +278,7 @@ class MemoryBank:
                     break
                 state.loops += 1
                 self._step(state, executor)
+                self._checkpoint(state)
             self._final_answer(state, executor)
         except LMCallCapReached as exc:
             termination = "lm_call_cap"
@@ -225,151 +289,13 @@ class MemoryBank:
             termination = "no_answer"  # the goal is met only by an answer
         return termination
 
+    def _checkpoint(self, state: RunState) -> None:
+        if self.config.checkpoint_dir is None:
+            return
+        first = not (self.config.checkpoint_dir / CHECKPOINT_FILE).exists()
+        write_checkpoint(self.config.checkpoint_dir, state, self.meter.usage(), self.store)
+        if first:
+            self._emit("checkpoint", state, str(self.config.checkpoint_dir))
+
     def export(self, path: str | Path) -> None:
         self.store.export(path)
-
-    # --- phases ------------------------------------------------------------------------------
-    def _initialise(self, state: RunState, context: str) -> None:
-        self._emit("initialise", state)
-        new_nodes: list[QueryGraphNode] = []
-        failure = ""
-        if context.strip():
-            new_nodes, failure = self.memory.convert(state, context, {"source": "user_context"})
-        planned = self._plan(state, new_nodes, report="", failure=failure)
-        if (failure or not planned) and not self.store.insight_doc.pending_tasks:
-            # Nothing was planned because something failed: the executor still tries, rather than the
-            # run ending as if the goal were met.
-            self.store.set_insight_doc(revised(self.store.insight_doc, pending=[answer_goal_task()]))
-
-    def _step(self, state: RunState, executor) -> None:
-        doc = self.store.insight_doc
-        kind = self.memory_adapter.intercept_context(doc, cross_validation=state.active is not None,
-                                                     images_staged=bool(self.images.pending_images(state.doc_id)))
-        self._emit("execute", state, f"{kind.value}: {doc.current_task or doc.task_goal}")
-        images = None
-        if kind is TaskKind.IMAGE:
-            images = [dspy.Image.from_path(str(i.temp_path)) for i in self.images.pending_images(state.doc_id)]
-        try:
-            result = self._execute(executor, self.memory_adapter.enhance_prompt(doc), images)
-        except Exception as exc:  # noqa: BLE001 - fails the task, not the run (the LM-call cap is a BaseException)
-            message = f"executor failed: {type(exc).__name__}: {one_line(exc)}"
-            state.errors.append(message)
-            if state.active is not None:  # the conflict is still there: check it again later
-                self._requeue(state, state.active)
-                state.active = None
-            new_nodes, _ = self._remember(state, ExecutionResult("", list(executor.calls)), doc)
-            self._plan(state, new_nodes, report="", failure=message)
-            return
-
-        new_nodes: list[QueryGraphNode] = []
-        failure = ""
-        if kind is TaskKind.CROSS_VALIDATE:
-            new_nodes, failure = self.memory.resolve_conflict(state, result)
-        elif kind is TaskKind.IMAGE:
-            attachments = self.images.store_images(state.doc_id)
-            new_nodes, failure = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
-        else:
-            state.answer = result.answer
-            new_nodes, failure = self._remember(state, result, doc)
-        self._plan(state, new_nodes, report=result.report(), failure=failure)
-
-    def _execute(self, executor: Executor, prompt: str, images: list | None = None) -> ExecutionResult:
-        """Run the executor; if the LM-call cap stops it, what its tools returned is kept before the run ends."""
-        try:
-            with self.lms.use("executor", tools=executor.tools):
-                return executor(enhanced_prompt=prompt, images=images)
-        except LMCallCapReached as exc:
-            calls = ExecutionResult("", list(executor.calls)).knowledge
-            if calls:
-                self.memory.keep_raw(knowledge_text(calls), _tool_metadata(calls, self.store.insight_doc), str(exc))
-            raise
-
-    def _remember(self, state: RunState, result: ExecutionResult, doc: InsightDoc) -> tuple[list[QueryGraphNode], str]:
-        """Memory conversion of what an execution's tools returned (nothing when they returned nothing new)."""
-        knowledge = result.knowledge
-        if not knowledge:
-            return [], ""
-        metadata = {**_tool_metadata(knowledge, doc), "answer": result.answer}
-        return self.memory.convert(state, knowledge_text(knowledge), metadata)
-
-    def _final_answer(self, state: RunState, executor) -> None:
-        """One last execution with nothing pending: the executor answers the goal from memory."""
-        doc = self.store.insight_doc
-        final_doc = revised(doc)
-        self._emit("answer", state)
-        try:
-            result = self._execute(executor, self.memory_adapter.enhance_prompt(final_doc))
-        except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
-            state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
-            self._remember(state, ExecutionResult("", list(executor.calls)), final_doc)
-            return
-        state.answer = result.answer or state.answer
-        self._remember(state, result, final_doc)  # what the last pass looked up stays in memory too
-
-    def _termination(self, state: RunState) -> str | None:
-        doc = self.store.insight_doc
-        if doc.pending_tasks:
-            return None
-        if doc.all_succeeded:
-            return "goal_met"
-        failed = [t for t in doc.completed_tasks if t.status is TaskStatus.FAILURE and t.description not in state.retried]
-        if not failed:
-            return "finished_with_failures"
-        retry = failed[-1].description
-        state.retried.add(retry)
-        self.store.set_insight_doc(revised(doc, pending=[retry]))
-        return None
-
-    # --- planning ----------------------------------------------------------------------------
-    def _next_conflict(self, state: RunState) -> Conflict | None:
-        while state.conflicts:
-            conflict = state.conflicts.pop(0)
-            alive = [i for i in conflict.node_ids if i in self.store.graph]
-            if len(alive) >= 2:
-                conflict.node_ids = alive
-                return conflict
-        return None
-
-    def _requeue(self, state: RunState, conflict: Conflict) -> None:
-        if conflict.round + 1 > self.config.max_merge_rounds:
-            state.errors.append(f"conflict between {conflict.node_ids} left unresolved: round cap reached")
-            return
-        state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))
-
-    def _plan(self, state: RunState, new_nodes: list[QueryGraphNode], report: str, failure: str) -> bool:
-        """Let planning revise the Insight Doc; False when the planning agent failed (a fallback was used)."""
-        doc = self.store.insight_doc
-        state.active = self._next_conflict(state)
-        notification = None
-        if state.active is not None:
-            notification = ConflictNotification(conflicting_node_ids=state.active.node_ids,
-                                                 conflict_description=state.active.description)
-        self._emit("plan", state)
-        try:
-            plan = self._agent("planning", insight_doc=doc, new_memory_nodes=[node_info(n) for n in new_nodes
-                                                                              if n.id in self.store.graph],
-                               conflict=notification, execution_report=report, failure_reason=failure)
-            new_doc = revised(doc, completed=plan.completed_tasks, pending=plan.pending_tasks[:1])
-            planned = True
-        except AgentError as exc:
-            planned = False
-            state.errors.append(str(exc))
-            completed = list(doc.completed_tasks)
-            if doc.current_task:
-                completed.append(CompletedTask(
-                    type=TaskType.CROSS_VALIDATE if is_cross_validation_task(doc.current_task) else TaskType.NORMAL,
-                    description=doc.current_task, status=TaskStatus.FAILURE, context=f"planning failed: {exc}"[:300],
-                ))
-            pending = [cross_validation_task(notification)] if notification else []
-            new_doc = revised(doc, completed=completed, pending=pending)
-        if state.active is None:
-            recognition = image_task([image.original_name for image in self.images.pending_images(state.doc_id)])
-            if recognition:
-                new_doc = revised(new_doc, pending=[recognition])
-        self.store.set_insight_doc(new_doc)
-        return planned
-
-
-def _tool_metadata(calls: list, doc: InsightDoc) -> dict[str, Any]:
-    return {"source": "executor", "task": doc.current_task or doc.task_goal,
-            "tool_calls": [{"name": c.name, "args": c.args} for c in calls]}

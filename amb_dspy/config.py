@@ -69,6 +69,7 @@ class AmbConfig(BaseSettings):
 
     # --- paths -------------------------------------------------------------------------------
     storage_dir: Path = Path("data/storage")
+    checkpoint_dir: Path | None = Field(None, description="write a checkpoint here after every loop (amb run --resume)")
     temp_dir: Path = Path("data/temp")
 
     @field_validator("agent_lms")

@@ -8,6 +8,8 @@ response's whole text, also where the LM was shown it cut (:mod:`amb_dspy.tools.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +28,8 @@ class ExecuteTask(dspy.Signature):
     pending task) and a <memory> section (compressed notes retrieved for the pending task, each with
     a node id). Do the pending task, or answer the goal when nothing is pending. Use `search` to
     find sources, `visit` to read one with a goal in mind, and `deep_retrieval` with a memory node id
-    when a note's summary is not detailed enough. Base the answer on evidence; give it concisely.
+    when a note's summary is not detailed enough. Base the answer on evidence; give it concisely, and
+    cite the memory notes it rests on as [node ID] after the claim.
     """
 
     enhanced_prompt: str = dspy.InputField(desc="the <task> and <memory> sections written by the memory adapter")
@@ -86,6 +89,29 @@ def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
 
     tool.func = call
     return tool
+
+
+_CITATION = re.compile(r"\s*\[node[:\s]+([0-9a-f]{6,32})\]", re.IGNORECASE)
+
+
+def citations(result: ExecutionResult, known_ids: Collection[str]) -> tuple[str, list[str]]:
+    """The answer without its ``[node ID]`` markers, and the ids of the known nodes it rests on: those
+    it cites (a unique prefix of six or more characters is enough) and those read with deep_retrieval."""
+    cited: list[str] = []
+
+    def resolve(fragment: str) -> str | None:
+        matches = [node_id for node_id in known_ids if node_id.startswith(fragment.lower())]
+        return matches[0] if len(matches) == 1 else None
+
+    for match in _CITATION.finditer(result.answer):
+        node_id = resolve(match.group(1))
+        if node_id and node_id not in cited:
+            cited.append(node_id)
+    for call in result.tool_calls:
+        node_id = resolve(str(call.args.get("node_id", ""))) if call.name == "deep_retrieval" and not call.is_error else None
+        if node_id and node_id not in cited:
+            cited.append(node_id)
+    return _CITATION.sub("", result.answer).strip(), cited
 
 
 class Executor(dspy.Module):

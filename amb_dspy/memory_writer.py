@@ -61,7 +61,8 @@ class MemoryWriter:
         with self.store.transaction():
             nodes = self.store.add_nodes(drafts)
             self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
-                                    [n.id for n in nodes])
+                                    [n.id for n in nodes],
+                                    spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         failure = ""
         for i, node in enumerate(nodes):
             later = {n.id for n in nodes[i + 1:]}  # clusters are analysed in order, as if added one by one

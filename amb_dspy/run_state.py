@@ -37,6 +37,15 @@ class RunResult(BaseModel):
     usage: dict[str, dict[str, int]]
     errors: list[str]
     notices: list[str] = []
+    citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
+    seconds: float
+
+
+class IngestResult(BaseModel):
+    nodes: int
+    edges: int
+    usage: dict[str, dict[str, int]]
+    errors: list[str]
     seconds: float
 
 
@@ -57,6 +66,7 @@ class RunState:
     retried: set[str] = field(default_factory=set)
     errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
+    citations: list[str] = field(default_factory=list)
 
 
 def read_context_file(path: str | Path, max_bytes: int) -> str:

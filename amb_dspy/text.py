@@ -23,3 +23,16 @@ def split_sentences(text: str) -> list[str]:
             start = match.end()
     pieces.append(text[start:])
     return [p for p in pieces if p]
+
+
+def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` span in ``text`` of each of ``pieces``, which are slices of it in order
+    (what the splitters here return). ValueError if a piece is not found after the previous one."""
+    spans, cursor = [], 0
+    for piece in pieces:
+        start = text.find(piece, cursor)
+        if start < 0:
+            raise ValueError(f"a piece of {len(piece)} characters is not in the text after position {cursor}")
+        spans.append((start, start + len(piece)))
+        cursor = start + len(piece)
+    return spans

@@ -40,7 +40,8 @@ def test_tools_have_names_arguments_and_teaching_descriptions(tools):
     assert list(by_name) == ["search", "visit", "deep_retrieval"]
     assert set(by_name["search"].args) == {"query"}
     assert set(by_name["visit"].args) == {"url", "goal"}
-    assert set(by_name["deep_retrieval"].args) == {"node_id"}
+    assert set(by_name["deep_retrieval"].args) == {"node_id", "sources_only"}
+    assert by_name["deep_retrieval"].args.pop("sources_only")["type"] == "boolean"
     for tool in built:
         assert all(spec["type"] == "string" and spec["description"] for spec in tool.args.values())
     assert "visit" in by_name["search"].desc and "url" in by_name["visit"].desc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -9,7 +10,7 @@ import dspy
 
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
-from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC
+from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX
 
 if TYPE_CHECKING:
     from amb_dspy.config import AmbConfig
@@ -24,12 +25,29 @@ def build_lm(spec: str, config: AmbConfig) -> dspy.LM:
         raise LMConfigError("empty LM spec: use a DSPy model string, 'local' or 'gguf:PATH'")
     if spec == LOCAL_SPEC:
         return _embedded_lm(LOCAL_SPEC, config)
+    if spec.startswith(PYTHON_PREFIX):
+        return _python_lm(spec[len(PYTHON_PREFIX):].strip())
     if spec.startswith(GGUF_PREFIX):
         path = spec[len(GGUF_PREFIX):].strip()
         if not path:
             raise LMConfigError("'gguf:' needs a path, e.g. gguf:models/my-model.gguf")
         return _embedded_lm(path, config)
     return _hosted_lm(spec, config)
+
+
+def _python_lm(target: str) -> dspy.BaseLM:
+    """The LM a factory of the user's own code returns: ``module.path:factory`` (called with no arguments)."""
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        raise LMConfigError(f"'{PYTHON_PREFIX}' needs module:factory, e.g. {PYTHON_PREFIX}my_lms:make_lm")
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+        lm = factory()
+    except Exception as exc:  # noqa: BLE001 - import errors, a missing attribute, the factory's own errors
+        raise LMConfigError(f"cannot build an LM from {PYTHON_PREFIX}{target}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(lm, dspy.BaseLM):
+        raise LMConfigError(f"{PYTHON_PREFIX}{target} returned {type(lm).__name__}, not a dspy.BaseLM")
+    return lm
 
 
 def _hosted_lm(spec: str, config: AmbConfig) -> dspy.LM:

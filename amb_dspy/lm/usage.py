@@ -80,6 +80,12 @@ class UsageMeter(BaseCallback):
         with dspy.context(callbacks=[*active, self]):
             yield self
 
+    def restore(self, usage: dict[str, dict[str, int]]) -> None:
+        """Continue from ``usage`` (as :meth:`usage` returned it): a resumed run counts on, and its cap holds."""
+        with self._lock:
+            for agent, counts in usage.items():
+                self._usage[agent] = AgentUsage(**counts)
+
     def track(self, agent: str):
         """Same as :func:`metered_as`: calls inside the block count for ``agent``."""
         return metered_as(agent)

@@ -59,6 +59,8 @@ class SentenceTransformerEmbedder:
         self.batch_size = batch_size
         self.cache_size = cache_size
         self.dim = MINILM_DIM
+        # Recorded in bank files: vectors from another model are not comparable and are recomputed.
+        self.model_name = self.model_dir.name if self.model_dir else "all-MiniLM-L6-v2"
         self._model = None
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()

@@ -10,10 +10,10 @@ from amb_dspy.storage.interaction_tree import (
     MergeEvent,
     TreeError,
 )
-from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
+from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, Source, merge_sources, node_text
 
 __all__ = [
     "Attachment", "AttachmentType", "CompletedTask", "ContextUpdate", "GraphError", "InsightDoc", "InteractionEntry",
-    "InteractionTree", "MergeEvent", "NodeContent", "QueryGraph", "QueryGraphNode", "TaskStatus", "TaskType", "TreeError",
-    "node_text",
+    "InteractionTree", "MergeEvent", "NodeContent", "QueryGraph", "QueryGraphNode", "Source", "TaskStatus", "TaskType", "TreeError",
+    "merge_sources", "node_text",
 ]

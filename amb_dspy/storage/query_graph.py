@@ -32,6 +32,37 @@ Vector = Annotated[
 ]
 
 
+Span = tuple[int, int]
+
+
+class Source(BaseModel):
+    """Where a node came from: an interaction entry, and the ``[start, end)`` character spans of that
+    entry's text that the node was built from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str
+    spans: tuple[Span, ...]
+
+
+def merge_sources(*groups: list[Source]) -> list[Source]:
+    """The union of several nodes' sources: one record per entry, its spans sorted and joined where they meet."""
+    by_entry: dict[str, list[Span]] = {}
+    for sources in groups:
+        for source in sources:
+            by_entry.setdefault(source.entry_id, []).extend(source.spans)
+    merged = []
+    for entry_id, spans in by_entry.items():
+        joined: list[list[int]] = []
+        for start, end in sorted(spans):
+            if joined and start <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], end)
+            else:
+                joined.append([start, end])
+        merged.append(Source(entry_id=entry_id, spans=tuple((a, b) for a, b in joined)))
+    return merged
+
+
 class QueryGraphNode(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -42,6 +73,7 @@ class QueryGraphNode(BaseModel):
     embedding: Vector
     timestamp: Timestamp = Field(default_factory=now)
     links: list[str] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
 
     @property
     def embedding_text(self) -> str:

@@ -61,6 +61,7 @@ def build_tools(
     if deep_retrieval is not None:
         tools.append(dspy.Tool(deep_retrieval, name="deep_retrieval", desc=DEEP_RETRIEVAL_DESC, arg_desc={
             "node_id": "the id of a memory node, as shown in the <memory> section of your prompt",
+            "sources_only": "true for just the exact source passages the note was built from, false for every record",
         }))
     for tool in tools:
         tool.func = _capped(tool.func, max_observation_chars)  # after dspy.Tool read the signature

@@ -53,9 +53,9 @@ class DeepRetrievalTool:
         self.max_text_chars = max_text_chars
         self.max_file_chars = max_file_chars
 
-    def __call__(self, node_id: str) -> str:
+    def __call__(self, node_id: str, sources_only: bool = False) -> str:
         try:
-            return self._retrieve(node_id)
+            return self._retrieve(node_id, sources_only)
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
             return f"Error: deep_retrieval failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
@@ -166,13 +166,15 @@ class DeepRetrievalTool:
                 item["text"] = truncate(entry.text, max(_PREVIEW_CHARS, spare))
         return item
 
-    def _retrieve(self, node_id: str) -> str:
+    def _retrieve(self, node_id: str, sources_only: bool = False) -> str:
         requested = " ".join(str(node_id).split()).strip("<>[]\"'`")
         if not requested:
             return self._unknown("")
         resolved, note = self._resolve(requested)
         if resolved is None:
             return self._unknown(requested)
+        if sources_only:
+            return self._sources(resolved, note)
         entries = self.store.tree.entries_for(resolved)
         out: dict[str, Any] = {"node_id": resolved}
         node = self.store.graph.node(resolved)
@@ -193,4 +195,21 @@ class DeepRetrievalTool:
         if notes:
             out["note"] = "; ".join(notes)
         out["entries"] = items
+        return json.dumps(out, ensure_ascii=False)
+
+    def _sources(self, node_id: str, note: str | None) -> str:
+        """Only the exact raw text the node was built from: each source span with its entry and offsets."""
+        node = self.store.graph.node(node_id)
+        out: dict[str, Any] = {"node_id": node_id, "summary": node.summary}
+        spans, used = [], 0
+        for entry_id, start, end, text in self.store.source_texts(node_id):
+            shown = truncate(text, max(_PREVIEW_CHARS, self.max_chars - used))
+            used += len(shown)
+            spans.append({"entry_id": entry_id, "start": start, "end": end, "text": shown})
+        notes = [note] if note else []
+        if not spans:
+            notes.append("this node records no source spans (a bank written before sources were kept)")
+        if notes:
+            out["note"] = "; ".join(notes)
+        out["sources"] = spans
         return json.dumps(out, ensure_ascii=False)
