@@ -51,7 +51,8 @@ class NeighborUpdate(BaseModel):
 
 
 class IntegrationOutput(BaseModel):
-    merged_node: MergedNode
+    # None: nothing was merged (the deterministic fallback never merges); the nodes stay as they are.
+    merged_node: MergedNode | None
     neighbor_updates: dict[str, NeighborUpdate]
     interaction_tree_description: str
 
