@@ -17,7 +17,9 @@ planning                  plan_by_rules           conflict check, else answer fr
 ========================  ======================  ====================================================
 
 One argument is not the agent's own: ``compress_extractively(task_goal=...)``, optional, lets the
-caller favour the sentences the task asks about (the structure agent is not given the goal). How well they do on HotpotQA: ``bench/heuristic_policy.py``.
+caller favour the sentences the task asks about (the structure agent is not given the goal).
+
+How well they do on HotpotQA: ``bench/heuristic_policy.py``.
 """
 
 from collections.abc import Callable
