@@ -38,6 +38,7 @@ demo: install
 bench: install
 	$(BIN)/python bench/retrieval.py --n 10000
 	$(BIN)/python bench/hotpotqa_retrieval.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
+	$(BIN)/python bench/heuristic_policy.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info amb_runs

@@ -59,6 +59,7 @@ def run(
     bank_file: Path | None = typer.Option(None, "--bank", help="start from this bank (e.g. from `amb ingest`); the file is not changed"),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="checkpoint folder (default: STORAGE_DIR/checkpoints/<time>)"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the killed run whose checkpoint folder this is"),
+    policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM for the memory agents), or auto: LM, then the deterministic policy when its answer is unusable (default)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -66,7 +67,8 @@ def run(
     from amb_dspy.config import AmbConfig
 
     console = Console(stderr=True)
-    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops}.items() if v is not None}
+    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy}.items()
+                 if v is not None}
     bank = None
     try:
         config = AmbConfig(**overrides)
@@ -109,9 +111,10 @@ def run(
         if os.environ.get("AMB_DEBUG"):
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
-    for agent, usage in result.usage.items():
+    for agent in sorted({*result.usage, *result.fallbacks}):
+        usage = result.usage.get(agent, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
-                      f"completion {usage['completion_tokens']:>6}")
+                      f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
     console.print(f"termination: {result.termination}; loops {result.loops}; "
                   f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
     for error in result.errors:
@@ -132,6 +135,7 @@ def ingest(
     export: Path = typer.Option(..., "--export", help="write the bank (JSON) here"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+    policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
 ) -> None:
     """Turn a long text into a bank once (no planning, no executor); then ask it many questions with `amb run --bank`."""
     from amb_dspy.config import AmbConfig
@@ -139,7 +143,7 @@ def ingest(
     def call() -> None:
         from amb_dspy.bank import MemoryBank, read_context_file
 
-        config = AmbConfig(**({"lm": lm} if lm else {}))
+        config = AmbConfig(**{k: v for k, v in {"lm": lm, "policy": policy}.items() if v})
         bank = MemoryBank(config, compiled=compiled)
         if bank.notice:
             typer.echo(bank.notice, err=True)
@@ -149,8 +153,9 @@ def ingest(
         tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
         for error in result.errors:
             typer.echo(f"note: {error}", err=True)
+        fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
         typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
-                   f"{result.seconds:.1f} s; bank written to {export}")
+                   f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {export}")
 
     _run_command(call)
 

@@ -96,8 +96,12 @@ class MemoryAdapter:
             return []
         return self.store.retrieve_for_text(query, k=self.k, alpha=self.alpha)
 
+    def memory_text(self, doc: InsightDoc) -> str:
+        """The <memory> section's text for ``doc``'s pending task (or its goal)."""
+        return format_memory(self.memory_for(doc))
+
     def enhance_prompt(self, doc: InsightDoc) -> str:
-        memory = format_memory(self.memory_for(doc))
+        memory = self.memory_text(doc)
         return (
             f"<task>\n{format_task(doc)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
             "Carry out the next step based on the task and memory above."

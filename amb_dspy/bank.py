@@ -25,6 +25,7 @@ from amb_dspy.agents import (
     AGENT_CLASSES,
     AgentError,
 )
+from amb_dspy.agents.fallback import POLICIES
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
@@ -94,6 +95,7 @@ class MemoryBank(LoopPhases):
         self.store = MemoryStore(self.embedder)
         self.memory_adapter: MemoryAdapter | None = None
         self.memory: MemoryWriter | None = None
+        self._run: RunState | None = None  # the run under way (its errors and fallback counts)
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
     @property
@@ -103,14 +105,27 @@ class MemoryBank(LoopPhases):
 
     # --- agent calls -------------------------------------------------------------------------
     def _agent(self, name: str, **inputs):
-        """Call an agent with its LM; anything it raises but the LM-call cap becomes its AgentError."""
-        with self.lms.use(name):
+        """Call an agent as ``config.policy`` says: with its LM (anything it raises but the LM-call cap
+        becomes its AgentError), its deterministic policy, or the LM and then the policy when the LM's
+        answer is unusable. Every use of a policy is counted in the run's ``fallbacks``."""
+        if self.config.policy != "heuristic":
             try:
-                return self.agents[name](**inputs)
-            except AgentError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - an agent's failure fails the task, never the run
-                raise AgentError(name, f"{type(exc).__name__}: {one_line(exc)}") from exc
+                with self.lms.use(name):
+                    try:
+                        return self.agents[name](**inputs)
+                    except AgentError:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - an agent's failure fails the task, never the run
+                        raise AgentError(name, f"{type(exc).__name__}: {one_line(exc)}") from exc
+            except AgentError as exc:
+                if self.config.policy == "lm":
+                    raise
+                self._run.errors.append(f"{exc} (its deterministic policy was used)")
+        if name == "structure":  # the policy favours the sentences the task asks about
+            inputs = {**inputs, "task_goal": self.store.insight_doc.task_goal}
+        self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
+        with self.lms.use(name):  # token counting and window caps follow the agent's LM
+            return POLICIES[name](self.agents[name], self.embedder, **inputs)
 
     def _emit(self, phase: str, state: RunState, message: str = "") -> None:
         if self.progress is None or self.meter is None:
@@ -171,6 +186,7 @@ class MemoryBank(LoopPhases):
         state, usage, store = read_checkpoint(directory, self.embedder, notices)
         self.config = self.config.model_copy(update={"checkpoint_dir": Path(directory)})
         self._begin(store)
+        self._run = state
         self.meter.restore(usage)
         for notice in notices:
             self._emit("notice", state, notice)
@@ -191,6 +207,7 @@ class MemoryBank(LoopPhases):
             usage=self.meter.usage(),
             errors=state.errors,
             notices=state.notices,
+            fallbacks=dict(state.fallbacks),
             citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
             seconds=round(time.monotonic() - started, 3),
         )
@@ -210,7 +227,7 @@ class MemoryBank(LoopPhases):
                 state.errors.append(str(exc))
         self._emit("done", state, "ingested")
         return IngestResult(nodes=len(self.store.graph), edges=self.store.graph.edge_count, usage=self.meter.usage(),
-                            errors=state.errors, seconds=round(time.monotonic() - started, 3))
+                            fallbacks=dict(state.fallbacks), errors=state.errors, seconds=round(time.monotonic() - started, 3))
 
     def _checked_context(self, context: str) -> str:
         context = context or ""
@@ -240,7 +257,8 @@ class MemoryBank(LoopPhases):
         self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
         # The meter belongs to this run, not to its LMs, which other banks may share.
         self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
-        return RunState(doc_id=store.insight_doc.doc_id)
+        self._run = RunState(doc_id=store.insight_doc.doc_id)
+        return self._run
 
     def _citation(self, node_id: str) -> dict[str, str]:
         """A cited node as a user checks it: its topic and the first raw passage it was built from."""

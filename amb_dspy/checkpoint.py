@@ -63,4 +63,5 @@ def _state(run: dict[str, Any]) -> RunState:
         answer=str(run["answer"]), loops=int(run["loops"]), retried=set(map(str, run["retried"])),
         errors=list(map(str, run["errors"])), notices=list(map(str, run["notices"])),
         citations=list(map(str, run["citations"])),
+        fallbacks={str(agent): int(n) for agent, n in run.get("fallbacks", {}).items()},
     )

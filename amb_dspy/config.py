@@ -30,6 +30,10 @@ class AmbConfig(BaseSettings):
     temperature: float = 0.6
     max_tokens: int = 4096
 
+    policy: Literal["lm", "heuristic", "auto"] = Field(
+        "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
+                            "the policy when the LM's output is unusable")
+
     # --- retrieval ---------------------------------------------------------------------------
     retrieval_k: int = Field(5, ge=1)
     retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)

@@ -47,6 +47,15 @@ class ExecuteTaskWithImages(ExecuteTask):
     images: list[dspy.Image] = dspy.InputField(desc="the images the user attached to the task")
 
 
+class AnswerFromMemory(dspy.Signature):
+    """Answer the task goal from the memory notes alone. Reply with the answer only: a short span from
+    the notes (a name, a date, a number, a place), or yes/no for a yes/no question."""
+
+    task_goal: str = dspy.InputField()
+    memory: str = dspy.InputField(desc="notes retrieved from memory for the goal")
+    answer: str = dspy.OutputField(desc="the short answer")
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str

@@ -134,6 +134,10 @@ class MemoryWriter:
         except LMCallCapReached as exc:
             self.keep_raw(validation, metadata, str(exc))
             raise
+        if merged.merged_node is None:  # not merged: both nodes stay, the conflict is recorded as unresolved
+            state.errors.append(f"conflict between {ids} left unresolved: {merged.interaction_tree_description}")
+            self.store.record_entry(InteractionEntry(text=validation, metadata={**metadata, "unresolved": True}), ids)
+            return [], ""
         with self.store.transaction():
             new, _event = self.store.merge_nodes(
                 ids,

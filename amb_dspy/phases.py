@@ -16,12 +16,12 @@ from amb_dspy.adapter import TaskKind, image_task, knowledge_text, recognition_t
 from amb_dspy.agents import (
     AgentError,
     ConflictNotification,
-    answer_goal_task,
+    answer_from_memory_task,
     cross_validation_task,
     is_cross_validation_task,
 )
 from amb_dspy.errors import one_line
-from amb_dspy.executor import ExecutionResult, Executor, citations
+from amb_dspy.executor import AnswerFromMemory, ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.memory_writer import node_info
 from amb_dspy.run_state import Conflict, RunState, revised
@@ -41,7 +41,7 @@ class LoopPhases:
         if (failure or not planned) and not self.store.insight_doc.pending_tasks:
             # Nothing was planned because something failed: the executor still tries, rather than the
             # run ending as if the goal were met.
-            self.store.set_insight_doc(revised(self.store.insight_doc, pending=[answer_goal_task()]))
+            self.store.set_insight_doc(revised(self.store.insight_doc, pending=[answer_from_memory_task(self.store.insight_doc.task_goal)]))
 
     def _step(self, state: RunState, executor) -> None:
         doc = self.store.insight_doc
@@ -104,10 +104,28 @@ class LoopPhases:
         except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
             state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
             self._remember(state, ExecutionResult("", list(executor.calls)), final_doc)
-            return
-        answer, state.citations = citations(result, self.store.graph.nodes_dict)
-        state.answer = answer or state.answer
-        self._remember(state, result, final_doc)  # what the last pass looked up stays in memory too
+            result = None
+        if result is not None:
+            answer, state.citations = citations(result, self.store.graph.nodes_dict)
+            self._remember(state, result, final_doc)  # what the last pass looked up stays in memory too
+            if answer:
+                state.answer = answer
+                return
+        if self.config.policy != "lm":
+            # No tools and one plain field: a step a small model can still answer in.
+            state.answer = self._answer_from_memory(state, final_doc) or state.answer
+
+    def _answer_from_memory(self, state: RunState, doc: InsightDoc) -> str:
+        """The goal answered from <memory> by one ``dspy.Predict`` (counted as the executor's fallback)."""
+        state.fallbacks["executor"] = state.fallbacks.get("executor", 0) + 1
+        try:
+            with self.lms.use("executor"):
+                prediction = dspy.Predict(AnswerFromMemory)(task_goal=doc.task_goal,
+                                                            memory=self.memory_adapter.memory_text(doc))
+        except Exception as exc:  # noqa: BLE001 - the last resort failing leaves the last answer standing
+            state.errors.append(f"answer from memory failed: {type(exc).__name__}: {one_line(exc)}")
+            return ""
+        return str(prediction.answer or "").strip()
 
     def _termination(self, state: RunState) -> str | None:
         doc = self.store.insight_doc

@@ -37,6 +37,7 @@ class RunResult(BaseModel):
     usage: dict[str, dict[str, int]]
     errors: list[str]
     notices: list[str] = []
+    fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
     citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
     seconds: float
 
@@ -45,6 +46,7 @@ class IngestResult(BaseModel):
     nodes: int
     edges: int
     usage: dict[str, dict[str, int]]
+    fallbacks: dict[str, int]
     errors: list[str]
     seconds: float
 
@@ -67,6 +69,7 @@ class RunState:
     errors: list[str] = field(default_factory=list)
     notices: list[str] = field(default_factory=list)
     citations: list[str] = field(default_factory=list)
+    fallbacks: dict[str, int] = field(default_factory=dict)
 
 
 def read_context_file(path: str | Path, max_bytes: int) -> str:

@@ -36,7 +36,8 @@ from cli import app
 
 @pytest.fixture
 def config(tmp_path, corpus):
-    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)
+    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3,
+                     policy="lm")  # what the LM path itself guarantees; the fallback policies add to it
 
 
 @pytest.fixture

@@ -125,7 +125,7 @@ def test_bank_mode_and_failures_score_zero(tmp_path, items, embedder):
         return answer(call)
 
     lm = bank_lm(items, planning=lambda call: done, answer=failing_for_the_second)
-    report = run_eval(SOURCE, lm=lm, n=3, mode="bank", config=AmbConfig(), embedder=embedder)
+    report = run_eval(SOURCE, lm=lm, n=3, mode="bank", config=AmbConfig(policy="lm"), embedder=embedder)
     first, second, third = report.questions
     assert first.em == 1.0 and third.em == 1.0 and first.calls > 5  # classification, structure, ..., executor
     assert (second.em, second.f1, second.prediction) == (0.0, 0.0, "")

@@ -39,7 +39,7 @@ from amb_dspy.agents.planning import (
     ConflictNotification,
     PlanningAgent,
     PlanningOutput,
-    answer_goal_task,
+    answer_from_memory_task,
     conflicting_node_ids,
     cross_validation_task,
     is_cross_validation_task,
@@ -68,6 +68,6 @@ __all__ = [
     "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent",
     "NeighborInfo", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
     "PlanningOutput", "Relationship", "RelationshipKind", "StructureAgent", "StructureOutput", "TokenCounter",
-    "answer_goal_task", "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
+    "answer_from_memory_task", "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
     "token_counter_for",
 ]

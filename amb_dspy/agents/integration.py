@@ -38,7 +38,8 @@ class NodeWithNeighbors(NodeContent):
 
 
 class IntegrationOutput(BaseModel):
-    merged_node: NodeContent
+    # None: nothing was merged (the deterministic fallback never merges); the nodes stay as they are.
+    merged_node: NodeContent | None
     neighbor_updates: dict[str, ContextUpdate]
     interaction_tree_description: str
 

@@ -59,9 +59,12 @@ def cross_validation_task(conflict: ConflictNotification) -> str:
     )
 
 
-def answer_goal_task() -> str:
-    """The task that asks the executor to answer the goal from what memory and the tools give it."""
-    return "Answer the task goal from the memory below, searching for what it lacks"
+ANSWER_FROM_MEMORY = "Answer the task goal from memory"
+
+
+def answer_from_memory_task(task_goal: str) -> str:
+    """The task that asks the executor to answer the goal; it quotes the goal so memory retrieval finds it."""
+    return f"{ANSWER_FROM_MEMORY}: {task_goal.strip()}"
 
 
 def conflicting_node_ids(task: str) -> list[str]:
