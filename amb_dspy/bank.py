@@ -194,7 +194,7 @@ class MemoryBank:
 
         corpus = self._corpus
         if corpus is None and self.config.corpus is not None:
-            corpus = LocalCorpus.load(self.config.corpus, self.embedder)
+            corpus = LocalCorpus.from_config(self.config, self.embedder)
         search = self._search
         if search is None:
             search = corpus if corpus is not None and not self.config.serper_api_key else make_search_backend(self.config, self.embedder)

@@ -72,7 +72,7 @@ def test_embedding_with_onnx_imports_no_torch():
         "print(heavy)\n"
         "sys.exit(1 if heavy else 0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
     assert done.returncode == 0, done.stdout + done.stderr
 

@@ -101,7 +101,7 @@ def make_search_backend(config: AmbConfig, embedder: Embedder | None = None) -> 
             from amb_dspy.retrieval.embedding import default_embedder
 
             embedder = default_embedder()
-        return LocalCorpus.load(config.corpus, embedder)
+        return LocalCorpus.from_config(config, embedder)
     return None
 
 
