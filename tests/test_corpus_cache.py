@@ -156,7 +156,7 @@ def test_a_cache_that_cannot_be_written_costs_speed_not_the_corpus(folder, embed
 
 
 def test_config_chooses_the_cache_dir_or_none(folder, embedder, tmp_path):
-    config = AmbConfig(corpus=folder, cache_dir=tmp_path / "c1")
+    config = AmbConfig(corpus=folder, cache_dir=tmp_path / "c1", corpus_cache=True)  # conftest turns it off
     LocalCorpus.from_config(config, embedder, notify=print, progress=False)
     assert (tmp_path / "c1" / "corpora").is_dir()
     LocalCorpus.from_config(config.model_copy(update={"cache_dir": tmp_path / "c2", "corpus_cache": False}), embedder)

@@ -133,6 +133,9 @@ class OnnxEmbedder(CachingEmbedder):
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.intra_op_num_threads = self.threads
         options.log_severity_level = 3  # errors only
+        # Idle workers sleep instead of spinning: on a small shared machine spinning threads take the
+        # cores from everything else (the LM engine, other processes) for little gain.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def _load(self):
