@@ -39,7 +39,7 @@ class AmbConfig(BaseSettings):
     # --- retrieval ---------------------------------------------------------------------------
     retrieval_k: int = Field(5, ge=1)
     retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)
-    embedding_batch_size: int = Field(64, ge=1)
+    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
     embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
         "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
 

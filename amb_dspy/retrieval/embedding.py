@@ -191,12 +191,13 @@ def default_embedder(backend: str | None = None) -> CachingEmbedder:
 
     config = AmbConfig()
     name = resolve_backend(backend or config.embedding_backend)
+    batch = {"batch_size": config.embedding_batch_size} if config.embedding_batch_size else {}
     with _default_lock:
         if name not in _defaults:
             if name == "onnx":
                 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 
-                _defaults[name] = OnnxEmbedder(cache_dir=config.cache_dir, batch_size=config.embedding_batch_size)
+                _defaults[name] = OnnxEmbedder(cache_dir=config.cache_dir, **batch)
             else:
-                _defaults[name] = SentenceTransformerEmbedder(batch_size=config.embedding_batch_size)
+                _defaults[name] = SentenceTransformerEmbedder(**batch)
         return _defaults[name]
