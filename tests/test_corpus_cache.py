@@ -85,6 +85,8 @@ def test_a_changed_file_re_embeds_only_that_file(folder, embedder, tmp_path):
     assert corpus.search("barley mill", k=1)[0].url == "corpus://places/mill.txt"
     again, counting, _ = load(folder, embedder, cache)
     assert counting.calls == 0 and answers(again) == answers(corpus)
+    names = sorted(p.name.split("-")[0] for p in entry_dir(cache).iterdir())
+    assert names == ["data", "manifest.json", "vectors"]  # the first version's data files are gone
 
 
 def test_an_edited_jsonl_file_re_embeds_only_its_new_passages(tmp_path, embedder):

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -162,8 +164,16 @@ class CorpusCache:
             partial = self.dir / f".{name}.{token}.partial"
             partial.write_bytes(raw)
             os.replace(partial, self.dir / name)
-        for old in self.dir.iterdir():  # data files of earlier versions of the entry
-            if old.name not in names.values() and old.name != "manifest.json":
+        # Remove earlier versions' data files, keeping whatever the manifest names now: another
+        # process may have replaced it after us, and its files must stay.
+        try:
+            current = json.loads((self.dir / "manifest.json").read_bytes())
+            keep = {current.get("data"), current.get("vectors"), "manifest.json"}
+        except (OSError, ValueError):
+            return
+        stale = time.time() - 3600  # a partial file this old was left by a writer that crashed
+        for old in self.dir.iterdir():
+            if old.name not in keep and (not old.name.endswith(".partial") or old.stat().st_mtime < stale):
                 old.unlink(missing_ok=True)
 
 
