@@ -52,7 +52,7 @@ def test_every_node_records_the_spans_it_was_built_from(config, embedder, tmp_pa
     loaded = MemoryStore.load(tmp_path / "bank.json", embedder)
     loaded.check()  # spans inside their entries is one of the checked invariants
     assert all(n.sources for n in loaded.graph.nodes_dict.values())
-    assert json.loads((tmp_path / "bank.json").read_text())["embedding_model"] == "all-MiniLM-L6-v2"
+    assert json.loads((tmp_path / "bank.json").read_text())["embedding_model"] == embedder.model_name
 
 
 def test_a_merged_node_holds_the_union_of_its_parents_sources(config, embedder):

@@ -75,7 +75,7 @@ class SerperSearch:
 
 def load_corpus(config: AmbConfig, embedder: Embedder) -> LocalCorpus | None:
     """The local corpus at ``config.corpus`` (None when there is none); :class:`CorpusError` if it cannot be loaded."""
-    return LocalCorpus.load(config.corpus, embedder) if config.corpus is not None else None
+    return LocalCorpus.from_config(config, embedder) if config.corpus is not None else None
 
 
 def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) -> SearchBackend | None:
