@@ -17,10 +17,14 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[local,optimize,dev]"
+	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, into AMB_CACHE_DIR
 	touch $@
 
 # pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.
+# The layers (import-linter) and the lint rules (ruff) are checked before any test runs.
 test: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
@@ -35,6 +39,7 @@ demo: install
 bench: install
 	$(BIN)/python bench/retrieval.py --n 10000
 	$(BIN)/python bench/hotpotqa_retrieval.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
+	$(BIN)/python bench/heuristic_policy.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info amb_runs

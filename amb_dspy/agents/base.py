@@ -33,7 +33,9 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import AgentName, AmbConfig
+from amb_dspy.errors import ConfigError
 from amb_dspy.lm import prompt_budget
+from amb_dspy.retrieval.keyword import STOPWORDS
 
 logger = logging.getLogger("amb_dspy.agents")
 
@@ -61,14 +63,15 @@ class AgentError(Exception):
         super().__init__(f"{agent} agent: {message}")
 
 
-class _Shared:
-    """Holds a borrowed object (an LM, a tokenizer) that module deep copies must share, not copy:
-    optimizers deep-copy programs, and a llama.cpp model cannot be copied."""
+class Borrowed:
+    """An object a module uses but must not copy (an LM, a tokenizer, an embedding model, agents held
+    fixed): optimizers deep-copy programs, these are shared by the copies, and a llama.cpp model
+    cannot be copied at all."""
 
     def __init__(self, value: Any):
         self.value = value
 
-    def __deepcopy__(self, memo: dict) -> _Shared:
+    def __deepcopy__(self, memo: dict) -> Borrowed:
         return self
 
 
@@ -80,8 +83,8 @@ class MemoryAgent(dspy.Module):
     def __init__(self, config: AmbConfig | None = None, token_counter: TokenCounter | None = None, lm: Any = None):
         super().__init__()
         self.config = config or AmbConfig()
-        self._token_counter = _Shared(token_counter)
-        self._lm = _Shared(lm)
+        self._token_counter = Borrowed(token_counter)
+        self._lm = Borrowed(lm)
 
     # --- LM and tokens --------------------------------------------------------------------------
 
@@ -122,11 +125,15 @@ class MemoryAgent(dspy.Module):
         overhead = self.prompt_tokens(predictor, **empty_inputs)
         budget = int(self.window * self.config.chunk_ratio) - overhead
         if budget < MIN_INPUT_BUDGET:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name} window of {self.window} tokens leaves {budget} for input after {overhead} tokens of "
                 f"instructions and demos; raise AMB_{self.name.upper()}_WINDOW"
             )
         return budget
+
+    def check_window(self) -> None:
+        """Raise :class:`ConfigError` when the window leaves no room for input; the bank calls it before
+        any LM call. Agents whose prompts are not sized to a window have nothing to check."""
 
     # --- calling the LM -------------------------------------------------------------------------
 
@@ -179,16 +186,9 @@ def dedupe(items: list[str]) -> list[str]:
     return out
 
 
-_STOPWORDS = frozenset(
-    "about after also among been before being between both could does during each from have having into "
-    "more most other over same some such than that their them then there these they this those through "
-    "under until very were what when where which while will with would your".split()
-)
-
-
 def fallback_keywords(text: str, limit: int = 5) -> list[str]:
     """The most frequent words of four letters or more (first occurrence breaks ties), for clusters the LM did not describe."""
-    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in _STOPWORDS]
+    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in STOPWORDS]
     counts = Counter(w.lower() for w in words)
     first: dict[str, str] = {}
     for w in words:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
 from amb_dspy.agents.chunking import TokenCounter, pack, segment
 from amb_dspy.config import AmbConfig
+from amb_dspy.text import locate
 
 
 class Cluster(BaseModel):
@@ -32,6 +33,8 @@ class Cluster(BaseModel):
     context: str = Field(description="one sentence naming the topic")
     content: str = Field(description="the original text of the cluster's segments, in input order")
     keywords: list[str]
+    spans: list[tuple[int, int]] = Field(default_factory=list,
+                                         description="[start, end) of each of its segments in the classified text")
 
 
 class ClassificationOutput(BaseModel):
@@ -83,6 +86,9 @@ class ClassificationAgent(MemoryAgent):
         self.max_segment_tokens = max_segment_tokens
         self.classify = dspy.Predict(ClassifySegments)
 
+    def check_window(self) -> None:
+        self.content_budget(self.classify, task_goal="", segments="")
+
     def forward(self, context: str, task_goal: str = "") -> ClassificationOutput:
         if not context.strip():
             return ClassificationOutput(should_cluster=False, clusters=[])
@@ -99,12 +105,14 @@ class ClassificationAgent(MemoryAgent):
         assigned = sorted(i for _, _, members in groups for i in members)
         if assigned != list(range(len(segments))):
             raise RuntimeError("classification lost or duplicated a segment")  # a bug, never the LM's doing
+        spans = locate(context, segments)
         clusters = [
             Cluster(
                 cluster_id=f"c{n}",
                 context=ctx,
                 content="\n\n".join(segments[i] for i in members),
                 keywords=kws,
+                spans=[spans[i] for i in members],
             )
             for n, (ctx, kws, members) in enumerate(groups, 1)
         ]

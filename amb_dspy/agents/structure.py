@@ -83,6 +83,10 @@ class StructureAgent(MemoryAgent):
         self.verbatim_below = verbatim_below
         self.summarize = dspy.Predict(SummarizeCluster)
 
+    def check_window(self) -> None:
+        longest_feedback = length_feedback(9.99, 999_999, 999_999, self.target)
+        self.content_budget(self.summarize, content="", context="", keywords=[], feedback=longest_feedback)
+
     def forward(self, content: str, context: str, keywords: list[str]) -> StructureOutput:
         text = content.strip()
         if not text:

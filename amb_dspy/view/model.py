@@ -148,5 +148,5 @@ def build_view(path: Path, insight_doc: InsightDoc | None, graph: QueryGraph, tr
 def load_view(path: str | Path) -> BankView:
     """Read a bank file for viewing; ``BankFileError`` (one line) if it is not a valid bank."""
     path = Path(path)
-    insight_doc, graph, tree = load_bank(path, embedding_dim=None)
-    return build_view(path, insight_doc, graph, tree)
+    loaded = load_bank(path, embedding_dim=None)
+    return build_view(path, loaded.insight_doc, loaded.graph, loaded.tree)

@@ -47,6 +47,8 @@ def trace_record(event: Any, previous: dict[str, Any] | None, seconds: float) ->
     }
     for counter in OPTIONAL_COUNTERS:
         value = getattr(event, counter, None)
+        if isinstance(value, dict):  # per agent: the trace keeps the run's total
+            value = sum(value.values())
         if value is not None:
             record[counter] = value
     record["seconds_delta"] = round(_delta(record, previous, "seconds"), 3)
