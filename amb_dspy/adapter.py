@@ -18,6 +18,7 @@ from enum import Enum
 from amb_dspy.errors import InputError
 from amb_dspy.executor import ExecutionResult, ToolCall
 from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory_view import MemoryView
 from amb_dspy.storage import InsightDoc, QueryGraphNode
 
 IMAGE_TASK_PREFIX = "Recognise the attached image"
@@ -85,9 +86,15 @@ def validation_text(result: ExecutionResult) -> str:
 
 
 class MemoryAdapter:
-    def __init__(self, store: MemoryStore, *, k: int = 5, alpha: float = 0.5):
+    """``view="evidence"`` writes ``<memory>`` as the raw source lines ranked through the graph, at most
+    ``budget`` tokens (:mod:`amb_dspy.memory_view`); ``"summary"`` is the spec's block of top-k nodes."""
+
+    def __init__(self, store: MemoryStore, *, k: int = 5, alpha: float = 0.5, view: str = "summary",
+                 budget: int = 1000):
         self.store = store
         self.k, self.alpha = k, alpha
+        self.view = MemoryView(store, view=view, k=k, alpha=alpha) if view != "summary" else None
+        self.budget = budget
 
     # --- prompt enhancement ------------------------------------------------------------------
     def memory_for(self, doc: InsightDoc) -> list[QueryGraphNode]:
@@ -98,6 +105,9 @@ class MemoryAdapter:
 
     def memory_text(self, doc: InsightDoc) -> str:
         """The <memory> section's text for ``doc``'s pending task (or its goal)."""
+        query = doc.current_task or doc.task_goal
+        if self.view is not None and query and len(self.store.graph):
+            return self.view.block(query, self.budget) or NO_MEMORY
         return format_memory(self.memory_for(doc))
 
     def enhance_prompt(self, doc: InsightDoc) -> str:

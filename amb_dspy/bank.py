@@ -254,7 +254,8 @@ class MemoryBank(LoopPhases):
         self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
         self.notice = self.lms.notice
         self.store = store
-        self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha)
+        self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
+                                            view=self.config.memory_view, budget=self.config.memory_tokens)
         self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
         # The meter belongs to this run, not to its LMs, which other banks may share.
         self.meter = UsageMeter(max_calls=self.config.max_lm_calls)

@@ -13,15 +13,17 @@ the ``context`` mode still reads the question's own paragraphs, as an upper boun
 
 Each question is scored with the official HotpotQA answer EM and F1 and measured in LM calls, prompt and
 completion tokens and seconds (all LM calls, tools' own calls included; DSPy's response cache is off so
-that a rerun measures the same work). Questions run one at a time: the
-embedded model is not thread-safe, and per-question usage needs calls that do not overlap. A question
-that fails scores 0 and the run goes on; its error is kept.
+that a rerun measures the same work). ``num_threads`` questions run at once in DSPy's ``ParallelExecutor``;
+each question's usage meter is attached in its own thread, so per-question counts stay exact (the embedded
+model's engine serialises its calls, so threads only help hosted LMs). A question that fails scores 0 and
+the run goes on; its error is kept.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -138,6 +140,46 @@ class _Solver:
             return str(self.reader(context=context, question=item.question).answer or "")
 
 
+def measured(solve: Callable[[Any], str], item: Any) -> tuple[str, str | None, dict[str, int], float]:
+    """``solve(item)``'s answer, its error (None when it answered), the LM usage it made and its seconds.
+
+    The meter is attached in the calling thread (``dspy.context`` is per thread), so only this question's
+    calls are counted, also while other questions run in other threads."""
+    meter = UsageMeter()  # every LM called for this question, per-agent LMs (config.agent_lms) included
+    started = time.monotonic()
+    error = None
+    try:
+        with meter.counting():
+            prediction = solve(item)
+    except Exception as exc:  # noqa: BLE001 - one failed question scores 0; the evaluation goes on
+        prediction, error = "", f"{type(exc).__name__}: {one_line(exc, 200)}"
+    return prediction, error, meter.total(), time.monotonic() - started
+
+
+def answer_all(items: list[Any], answer: Callable[[Any], Any], *, num_threads: int = 1,
+               on_result: Callable[[Any], None] | None = None) -> list[Any]:
+    """``answer(item)`` for every item, in order; ``num_threads`` > 1 runs them in DSPy's ``ParallelExecutor``,
+    which gives each worker thread the caller's DSPy settings (LM, adapter, callbacks). ``answer`` must not
+    raise (see :func:`measured`). The embedded model serialises its calls, so threads help hosted LMs."""
+    if num_threads < 1:
+        raise EvalError(f"num_threads must be at least 1, got {num_threads}")
+    lock = threading.Lock()
+
+    def one(item: Any) -> Any:
+        result = answer(item)
+        if on_result is not None:
+            with lock:
+                on_result(result)
+        return result
+
+    if num_threads == 1:
+        return [one(item) for item in items]
+    from dspy.utils.parallelizer import ParallelExecutor
+
+    executor = ParallelExecutor(num_threads=num_threads, disable_progress_bar=True, max_errors=len(items) + 1)
+    return executor.execute(one, items)
+
+
 def run_eval(
     dataset: str,
     *,
@@ -150,9 +192,11 @@ def run_eval(
     lm_name: str = "",
     embedder: Any = None,
     on_result: Callable[[QuestionResult], None] | None = None,
+    num_threads: int = 1,
 ) -> EvalReport:
     """Answer the first ``n`` questions of ``dataset`` (``hotpotqa`` = the Hugging Face validation split, or
-    ``hotpotqa:PATH``) in ``mode`` and score them; ``on_result`` sees each question as it is done."""
+    ``hotpotqa:PATH``) in ``mode`` and score them; ``on_result`` sees each question as it is done;
+    ``num_threads`` questions run at once (:func:`answer_all`)."""
     if getattr(lm, "cache", False):
         lm = lm.copy(cache=False)  # cached replies would report no tokens and no time: measure real work
     if mode not in MODES:
@@ -180,28 +224,16 @@ def run_eval(
             search_corpus = LocalCorpus.load(write_corpus(items, work_dir), embedder)
         solve = _Solver(mode, lm=lm, config=config, compiled=compiled, corpus=search_corpus, embedder=embedder)
 
-        results = []
-        for item in items:
-            meter = UsageMeter()  # every LM called for this question, per-agent LMs (config.agent_lms) included
-            started = time.monotonic()
-            error = None
-            try:
-                with meter.counting():
-                    prediction = solve(item)
-            except Exception as exc:  # noqa: BLE001 - one failed question scores 0; the evaluation goes on
-                prediction, error = "", f"{type(exc).__name__}: {one_line(exc, 200)}"
-            finally:
-                seconds = time.monotonic() - started
-            usage = meter.total()
-            result = QuestionResult(
+        def answer(item: HotpotQAItem) -> QuestionResult:
+            prediction, error, usage, seconds = measured(solve, item)
+            return QuestionResult(
                 id=item.id, question=item.question, gold=item.answer, prediction=prediction,
                 em=answer_exact_match(prediction, item.answer), f1=round(answer_f1(prediction, item.answer), 4),
                 calls=usage["calls"], prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
                 seconds=round(seconds, 2), error=error,
             )
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
+
+        results = answer_all(items, answer, num_threads=num_threads, on_result=on_result)
     return EvalReport(
         dataset=dataset, mode=mode, model=lm_name, compiled=str(compiled) if compiled else None, corpus=corpus,
         questions=results,

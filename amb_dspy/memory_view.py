@@ -1,0 +1,171 @@
+"""What the ``<memory>`` block shows, at a token budget: the spec's summaries, or the raw evidence behind them.
+
+Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
+
+* ``summary`` -- the spec's block (§6.3): each retrieved node's topic, keywords and summary. A summary is
+  written when the node is made, before any question is known, so it may have dropped what a later
+  question needs.
+* ``evidence`` -- the raw text the nodes were built from, reached through their provenance
+  (:class:`~amb_dspy.storage.query_graph.Source` spans), cut into lines and ranked for the question by
+  ``line score + node_weight x node score``: a line's own hybrid score (spec §6.1's formula over the
+  lines) plus a share of the best score of a node it belongs to, where a node's score is its own hybrid
+  score or ``hop_weight`` x the score of a linked node, whichever is higher (the graph's one hop).
+
+Both fill the budget in rank order (a piece that does not fit is skipped, smaller ones after it may
+still fit) and say which nodes and spans they showed, for provenance-based recall
+(``bench/memory_recall.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from amb_dspy.agents.chunking import estimate_tokens
+from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.storage import QueryGraphNode
+
+VIEWS = ("summary", "evidence")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_LONG_LINE_TOKENS = 80  # a longer line (a paragraph) is cut into sentences
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One raw line of an interaction entry that a node was built from."""
+
+    entry_id: str
+    start: int
+    end: int
+    text: str
+    node_id: str
+    score: float = 0.0
+
+
+def format_node(node: QueryGraphNode, number: int) -> str:
+    return f"Memory {number} (node {node.id}):\nTopic: {node.context}\nKeywords: {', '.join(node.keywords)}\nSummary: {node.summary}"
+
+
+def _pieces(text: str, start: int, end: int, count: Callable[[str], int]):
+    """``(start, end)`` of the non-empty lines of ``text[start:end]``, long lines cut at sentence ends."""
+    position = start
+    for line in text[start:end].split("\n"):
+        line_start, position = position, position + len(line) + 1
+        if not line.strip():
+            continue
+        if count(line) <= _LONG_LINE_TOKENS:
+            yield line_start, line_start + len(line)
+            continue
+        cursor = 0
+        for sentence in _SENTENCE_END.split(line):
+            offset = line.index(sentence, cursor)
+            cursor = offset + len(sentence)
+            if sentence.strip():
+                yield line_start + offset, line_start + cursor
+
+
+class MemoryView:
+    """Writes the ``<memory>`` block for a query from ``store`` in one of :data:`VIEWS`."""
+
+    def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
+                 node_weight: float = 0.3, hop_weight: float = 0.5, count: Callable[[str], int] = estimate_tokens):
+        if view not in VIEWS:
+            raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
+        self.store, self.view, self.k, self.alpha = store, view, k, alpha
+        self.node_weight, self.hop_weight, self.count = node_weight, hop_weight, count
+        self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
+        # (graph signature, lines, their index, each line's nodes), rebuilt when the graph's nodes change
+        self._lines: tuple = (None, [], None, [])
+
+    # --- ranking -----------------------------------------------------------------------------
+    def node_scores(self, query: str, vector: np.ndarray) -> dict[str, float]:
+        """Every node's hybrid score for the query, raised to ``hop_weight`` x a linked node's score."""
+        graph = self.store.graph
+        own = dict(self.store.index.rank(vector, query, k=len(graph), alpha=self.alpha))
+        scores = dict(own)
+        for node_id, score in own.items():
+            for neighbour in graph.node(node_id).links:
+                scores[neighbour] = max(scores.get(neighbour, 0.0), self.hop_weight * score)
+        return scores
+
+    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]]]:
+        """The source lines of every node (each line once, with the first node that holds it), their index,
+        and the ids of all the nodes that hold each line."""
+        signature = tuple((node.id, tuple(node.sources)) for node in self.store.graph.nodes_dict.values())
+        if self._lines[0] == signature:
+            return self._lines[1:]
+        entries, position, lines, holders = self.store.tree.entries, {}, [], []
+        for node in self.store.graph.nodes_dict.values():
+            for source in node.sources:
+                text = entries[source.entry_id].text
+                for span in source.spans:
+                    for start, end in _pieces(text, *span, self.count):
+                        key = (source.entry_id, start, end)
+                        if key not in position:
+                            position[key] = len(lines)
+                            lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
+                            holders.append([])
+                        holders[position[key]].append(node.id)
+        new = [line.text for line in lines if line.text not in self._vectors]
+        if new:
+            self._vectors.update(zip(new, self.store.embedder.embed(new)))
+        index = None
+        if lines:
+            index = HybridIndex(self.store.embedder.dim)
+            index.add_many([str(i) for i in range(len(lines))], [line.text for line in lines],
+                           np.stack([self._vectors[line.text] for line in lines]))
+        self._lines = (signature, lines, index, holders)
+        return lines, index, holders
+
+    def ranked_nodes(self, query: str, vector: np.ndarray | None = None) -> list[QueryGraphNode]:
+        """All nodes, best first by :meth:`node_scores` (a top node's neighbours follow it in the ranking)."""
+        if len(self.store.graph) == 0:
+            return []
+        vector = self.store.embedder.embed([query])[0] if vector is None else vector
+        scores = self.node_scores(query, vector)
+        return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], n))]
+
+    def ranked_evidence(self, query: str) -> list[Evidence]:
+        """Every source line, best first by ``line score + node_weight x node score``."""
+        lines, index, holders = self._line_index()
+        if index is None:
+            return []
+        vector = self.store.embedder.embed([query])[0]
+        nodes = self.node_scores(query, vector)
+        scored = []
+        for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
+            i = int(key)  # a line shared by several nodes takes the best one's score
+            scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i]), i))
+        scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        return [replace(lines[i], score=round(score, 6)) for score, i in scored]
+
+    # --- the block ---------------------------------------------------------------------------
+    def summary_block(self, query: str, budget: int) -> tuple[str, list[QueryGraphNode]]:
+        """The spec's node blocks in rank order, as many as fit in ``budget`` tokens."""
+        shown, used = [], 0
+        for node in self.ranked_nodes(query):
+            cost = self.count(format_node(node, len(shown) + 1)) + 1
+            if used + cost <= budget:
+                shown.append(node)
+                used += cost
+        return "\n\n".join(format_node(node, i) for i, node in enumerate(shown, 1)), shown
+
+    def evidence_block(self, query: str, budget: int) -> tuple[str, list[Evidence]]:
+        """Raw source lines in rank order, as many as fit in ``budget`` tokens, shown in the text's order."""
+        shown, used = [], 0
+        for line in self.ranked_evidence(query):
+            cost = self.count(line.text) + 1
+            if used + cost <= budget:
+                shown.append(line)
+                used += cost
+        order = {entry_id: i for i, entry_id in enumerate(self.store.tree.entries)}
+        shown.sort(key=lambda line: (order.get(line.entry_id, 0), line.start))
+        return "\n".join(line.text for line in shown), shown
+
+    def block(self, query: str, budget: int) -> str:
+        """The block in this view's form for ``query``, at most ``budget`` tokens."""
+        return (self.evidence_block if self.view == "evidence" else self.summary_block)(query, budget)[0]

@@ -1,0 +1,221 @@
+"""What the memory puts in front of the executor, and at what token cost: no answering LM needed.
+
+Each conversation (LoCoMo) or item (HotpotQA, distractor setting: the item's paragraphs are the context) is
+ingested once into a bank (``MemoryBank.ingest``; ``--policy heuristic`` needs no LM). For every question,
+the ``<memory>`` block the adapter would write is built at budgets of 500, 1,000 and 2,000 tokens in three
+views (``amb_dspy.memory_view``):
+
+* ``summary`` -- the spec's node blocks (topic, keywords, summary), top nodes and their one hop, in rank order;
+* ``evidence`` -- the nodes' raw source lines, ranked by line score + 0.3 x node score;
+* ``flat`` -- no memory: the raw turns (LoCoMo) or sentences (HotpotQA) ranked by the project's hybrid index.
+
+Two recalls per block: *evidence recall*, the share of the evidence turns / supporting sentences that the
+block covers by provenance (the sources of the nodes shown for ``summary``, the lines shown otherwise; a
+turn counts when at least half of it lies in what was shown), and *answer recall*, whether the gold answer,
+normalised as ``optimize.metrics.normalize_answer`` does, appears in the block's text. Tokens are
+``estimate_tokens``'s (a deliberately high estimate).
+
+    python bench/memory_recall.py locomo:PATH|hotpotqa:PATH [--n N] [--policy heuristic|lm|auto] [--lm MODEL]
+
+``--n`` limits questions (LoCoMo: over all conversations; HotpotQA: items). Prints a table and, as its last
+line, one JSON object; ``memory_*`` keys are the default view (``AmbConfig().memory_view``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np
+
+from amb_dspy.agents.chunking import estimate_tokens
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
+from amb_dspy.memory_view import MemoryView
+from amb_dspy.retrieval.embedding import default_embedder
+from amb_dspy.retrieval.hybrid import HybridIndex
+from optimize.hotpotqa import load_hotpotqa
+from optimize.locomo import load_locomo
+from optimize.metrics import normalize_answer
+
+BUDGETS = (500, 1000, 2000)
+VIEWS = ("summary", "evidence", "flat")
+Span = tuple[int, int]
+
+
+@dataclass
+class Question:
+    text: str
+    answer: str
+    evidence: list[Span]
+
+
+@dataclass
+class Context:
+    """One text to ingest, its questions and its flat units (turns or sentences) as spans of the text."""
+
+    name: str
+    text: str
+    units: list[Span]
+    questions: list[Question] = field(default_factory=list)
+
+
+def locomo_contexts(source: str, n: int | None) -> list[Context]:
+    contexts = []
+    for conversation in load_locomo(source, n=n):
+        text, spans = conversation.render()
+        questions = [Question(q.question, q.answer, [spans[e] for e in q.evidence]) for q in conversation.questions]
+        contexts.append(Context(conversation.name, text, list(spans.values()), questions))
+    return contexts
+
+
+def hotpotqa_contexts(source: str, n: int | None) -> list[Context]:
+    contexts = []
+    for item in load_hotpotqa(source, split="validation", n=n):
+        text = item.context_text()
+        units, by_sentence, offset = [], {}, 0
+        for paragraph in item.context:
+            offset = text.index(paragraph.title, offset) + len(paragraph.title) + 1  # the title line, then the text
+            for i, sentence in enumerate(paragraph.sentences):
+                stripped = sentence.strip()
+                if not stripped:
+                    continue
+                start = text.index(stripped, offset)
+                offset = start + len(stripped)
+                units.append((start, offset))
+                by_sentence[(paragraph.title, i)] = (start, offset)
+        evidence = [by_sentence[(f.title, f.sent_id)] for f in item.supporting_facts if (f.title, f.sent_id) in by_sentence]
+        contexts.append(Context(item.id, text, units, [Question(item.question, item.answer, evidence)]))
+    return contexts
+
+
+def covered(evidence: list[Span], shown: list[Span]) -> float:
+    """Share of the evidence spans at least half inside what was shown."""
+    if not evidence:
+        return 0.0
+    hits = 0
+    for start, end in evidence:
+        inside = sum(max(0, min(end, b) - max(start, a)) for a, b in shown)
+        hits += inside * 2 >= end - start
+    return hits / len(evidence)
+
+
+def answer_shown(answer: str, text: str) -> float:
+    gold = normalize_answer(answer)
+    return float(bool(gold) and f" {gold} " in f" {normalize_answer(text)} ")
+
+
+def flat_block(index: HybridIndex, units: list[Span], text: str, query: str, vector: np.ndarray,
+               budget: int, alpha: float) -> tuple[str, list[Span]]:
+    shown, used = [], 0
+    for key, _score in index.rank(vector, query, k=len(units), alpha=alpha):
+        start, end = units[int(key)]
+        cost = estimate_tokens(text[start:end]) + 1
+        if used + cost <= budget:
+            shown.append((start, end))
+            used += cost
+    shown.sort()
+    return "\n".join(text[a:b] for a, b in shown), shown
+
+
+def measure(contexts: list[Context], config: AmbConfig, lm, embedder, node_weight: float) -> dict:
+    rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
+    ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": []}
+    context_tokens = []
+    for context in contexts:
+        bank = MemoryBank(config, lm=lm, embedder=embedder)
+        result = bank.ingest(context.text, context.name)
+        ingest["seconds"] += result.seconds
+        ingest["nodes"].append(result.nodes)
+        for usage in result.usage.values():
+            for key in ("calls", "prompt_tokens", "completion_tokens"):
+                ingest[key] += usage[key]
+        store = bank.store
+        entry = next(e for e in store.tree.entries.values() if e.text == context.text)  # offsets are the context's
+        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, node_weight=node_weight)
+        flat = HybridIndex(embedder.dim)
+        flat.add_many([str(i) for i in range(len(context.units))], [context.text[a:b] for a, b in context.units],
+                      embedder.embed([context.text[a:b] for a, b in context.units]))
+        context_tokens.append(estimate_tokens(context.text))
+        for question in context.questions:
+            vector = embedder.embed([question.text])[0]
+            for budget in BUDGETS:
+                text, nodes = view.summary_block(question.text, budget)
+                spans = [span for node in nodes for source in node.sources if source.entry_id == entry.entry_id
+                         for span in source.spans]
+                blocks = {"summary": (text, spans)}
+                text, lines = view.evidence_block(question.text, budget)
+                blocks["evidence"] = (text, [(line.start, line.end) for line in lines if line.entry_id == entry.entry_id])
+                blocks["flat"] = flat_block(flat, context.units, context.text, question.text, vector, budget,
+                                            config.retrieval_alpha)
+                for name, (text, shown) in blocks.items():
+                    row = rows[(name, budget)]
+                    row["recall"].append(covered(question.evidence, shown))
+                    row["answer"].append(answer_shown(question.answer, text))
+                    row["tokens"].append(estimate_tokens(text))
+    return {"rows": rows, "ingest": ingest, "context_tokens": context_tokens}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dataset", help="locomo:PATH or hotpotqa:PATH")
+    parser.add_argument("--n", type=int, default=None, help="questions (LoCoMo) or items (HotpotQA)")
+    parser.add_argument("--policy", choices=("heuristic", "lm", "auto"), default="heuristic")
+    parser.add_argument("--lm", default=None, help="the memory agents' LM (a DSPy model string, local, gguf:PATH)")
+    parser.add_argument("--node-weight", type=float, default=0.3, help="evidence view: weight of a line's node score")
+    args = parser.parse_args()
+
+    kind = args.dataset.partition(":")[0].strip().lower()
+    contexts = (locomo_contexts if kind == "locomo" else hotpotqa_contexts)(args.dataset, args.n)
+    embedder = default_embedder()
+    lm = None
+    if args.lm:
+        from amb_dspy.lm import build_lm
+
+        lm = build_lm(args.lm, AmbConfig())
+    with tempfile.TemporaryDirectory(prefix="amb-recall-") as work:
+        config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
+                           **({"lm": args.lm} if args.lm else {}))
+        started = time.monotonic()
+        measured = measure(contexts, config, lm, embedder, args.node_weight)
+        seconds = time.monotonic() - started
+
+    rows, ingest = measured["rows"], measured["ingest"]
+    default = config.memory_view
+    n_questions = len(rows[("flat", BUDGETS[0])]["recall"])
+    mean = statistics.fmean
+    print(f"{args.dataset}: {len(contexts)} context(s), {n_questions} questions, policy {args.policy}; "
+          f"ingest {ingest['seconds']:.1f} s, {ingest['calls']} LM calls, nodes {ingest['nodes'][:10]}; "
+          f"whole context {mean(measured['context_tokens']):.0f} tokens (mean); {seconds:.0f} s in all")
+    print(f"{'view':<10}{'budget':>8}{'evidence recall':>17}{'answer recall':>15}{'tokens (mean)':>15}")
+    for (view, budget), row in rows.items():
+        print(f"{view + ('*' if view == default else ''):<10}{budget:>8}{mean(row['recall']):>17.3f}"
+              f"{mean(row['answer']):>15.3f}{mean(row['tokens']):>15.0f}")
+    print(f"* the default view (AMB_MEMORY_VIEW={default}); memory_* keys report it")
+    result = {"dataset": args.dataset, "policy": args.policy, "n_questions": n_questions, "default_view": default}
+    for prefix, view in (("memory", default), ("summary", "summary"), ("evidence", "evidence"), ("flat", "flat")):
+        for budget in BUDGETS:
+            result[f"{prefix}_recall_{budget}"] = round(mean(rows[(view, budget)]["recall"]), 4)
+            result[f"{prefix}_answer_recall_{budget}"] = round(mean(rows[(view, budget)]["answer"]), 4)
+    result.update({
+        "memory_tokens_mean": round(mean(rows[(default, 1000)]["tokens"]), 1),
+        "context_tokens_mean": round(mean(measured["context_tokens"]), 1),
+        "ingest_seconds": round(ingest["seconds"], 2), "ingest_lm_calls": ingest["calls"],
+        "ingest_prompt_tokens": ingest["prompt_tokens"], "ingest_completion_tokens": ingest["completion_tokens"],
+    })
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
