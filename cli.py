@@ -238,19 +238,24 @@ def optimize(
 
 @app.command("eval")
 def evaluate(
-    dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split) or hotpotqa:PATH"),
+    dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split), hotpotqa:PATH, or locomo:PATH (a LoCoMo conversation JSON or a folder of them)"),
     n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
     mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
     corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    judge_lm: str | None = typer.Option(None, "--judge-lm", help="LoCoMo: an LM that judges each answer correct or not against the gold one (Mem0's J)"),
+    num_threads: int = typer.Option(1, "--num-threads", min=1, help="questions answered at once (hosted LMs; the embedded model serialises its calls)"),
+    policy: str | None = typer.Option(None, "--policy", help="lm, heuristic or auto (the memory agents' policy, bank mode)"),
 ) -> None:
-    """Answer HotpotQA questions and print per-question and mean EM, F1, LM calls, tokens and seconds; the last line is JSON."""
+    """Answer HotpotQA or LoCoMo questions and print per-question and mean scores, LM calls, tokens and seconds; the last line is JSON."""
     from amb_dspy.config import AmbConfig
     from optimize.commands import eval_command
 
+    settings = {**({"lm": lm} if lm else {}), **({"policy": policy} if policy else {})}
     _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
-                                      config=AmbConfig(**({"lm": lm} if lm else {})), echo=typer.echo))
+                                      judge_lm=judge_lm, num_threads=num_threads, config=AmbConfig(**settings),
+                                      echo=typer.echo))
 
 
 if __name__ == "__main__":

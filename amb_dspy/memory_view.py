@@ -51,7 +51,10 @@ def format_node(node: QueryGraphNode, number: int) -> str:
 
 
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int]):
-    """``(start, end)`` of the non-empty lines of ``text[start:end]``, long lines cut at sentence ends."""
+    """``(start, end)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
+    a span may begin or end inside one), long lines cut at sentence ends."""
+    start = text.rfind("\n", 0, start) + 1
+    end = len(text) if (cut := text.find("\n", max(end - 1, start))) < 0 else cut
     position = start
     for line in text[start:end].split("\n"):
         line_start, position = position, position + len(line) + 1

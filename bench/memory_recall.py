@@ -11,7 +11,7 @@ views (``amb_dspy.memory_view``):
 
 Two recalls per block: *evidence recall*, the share of the evidence turns / supporting sentences that the
 block covers by provenance (the sources of the nodes shown for ``summary``, the lines shown otherwise; a
-turn counts when at least half of it lies in what was shown), and *answer recall*, whether the gold answer,
+turn counts when any part of it was shown), and *answer recall*, whether the gold answer,
 normalised as ``optimize.metrics.normalize_answer`` does, appears in the block's text. Tokens are
 ``estimate_tokens``'s (a deliberately high estimate).
 
@@ -101,14 +101,10 @@ def hotpotqa_contexts(source: str, n: int | None) -> list[Context]:
 
 
 def covered(evidence: list[Span], shown: list[Span]) -> float:
-    """Share of the evidence spans at least half inside what was shown."""
+    """Share of the evidence spans that overlap what was shown (a sentence of a long turn counts)."""
     if not evidence:
         return 0.0
-    hits = 0
-    for start, end in evidence:
-        inside = sum(max(0, min(end, b) - max(start, a)) for a, b in shown)
-        hits += inside * 2 >= end - start
-    return hits / len(evidence)
+    return sum(any(min(end, b) > max(start, a) for a, b in shown) for start, end in evidence) / len(evidence)
 
 
 def answer_shown(answer: str, text: str) -> float:

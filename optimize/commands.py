@@ -82,12 +82,15 @@ def eval_command(
     compiled: Path | None = None,
     corpus: bool = False,
     lm: str | None = None,
+    judge_lm: str | None = None,
+    num_threads: int = 1,
     config: AmbConfig | None = None,
     console: Any = None,
     echo: Any = print,
 ) -> Any:
     """``amb eval``: one line per question and a table of means on ``console`` (stdout by default), then a
-    final JSON line of the means through ``echo``; returns the report."""
+    final JSON line of the means through ``echo``; returns the report. ``locomo:PATH`` datasets go to
+    :func:`optimize.locomo_commands.locomo_eval_command`."""
     from rich.console import Console
     from rich.table import Table
 
@@ -95,9 +98,19 @@ def eval_command(
 
     console = console or Console()
     config = config or AmbConfig(**({"lm": lm} if lm else {}))
-    task_lm, spec, _, _, notice = _build_lms(config, None)
+    task_lm, spec, judge, judge_spec, notice = _build_lms(config, judge_lm)
     if notice:
         console.print(f"[yellow]{notice}[/]")
+    if dataset.partition(":")[0].strip().lower() == "locomo":
+        from optimize.locomo_commands import locomo_eval_command
+
+        return locomo_eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, lm=task_lm, lm_name=spec,
+                                   judge_lm=judge, judge_name=judge_spec, num_threads=num_threads, config=config,
+                                   console=console, echo=echo)
+    if judge is not None:
+        from optimize.evaluate import EvalError
+
+        raise EvalError("--judge-lm is for LoCoMo (locomo:PATH); HotpotQA is scored by EM and F1")
 
     def show(result) -> None:
         status = f" [red]{result.error}[/]" if result.error else ""
@@ -111,7 +124,7 @@ def eval_command(
     with console.status(f"answering with the {mode} mode..."):
         report = run_eval(
             dataset, lm=task_lm, n=n, mode=mode, compiled=compiled, corpus=corpus, config=config,
-            lm_name=spec, on_result=show,
+            lm_name=spec, on_result=show, num_threads=num_threads,
         )
     means = report.means()
     table = Table(title=f"{mode} on {dataset} ({means['n']} questions)")
