@@ -227,13 +227,15 @@ def optimize(
     out: Path = typer.Option(Path("compiled"), "--out", help="directory for <agent>.json and manifest.json"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     teacher_lm: str | None = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
+    num_threads: int = typer.Option(1, "--num-threads", min=1, help="examples scored at once, and MIPROv2's and GEPA's threads (hosted LMs)"),
 ) -> None:
     """Compile an agent's prompts on HotpotQA, score them before and after on held-out questions, and save them."""
     from amb_dspy.config import AmbConfig
     from optimize.commands import optimize_command
 
     _run_command(lambda: optimize_command(agent=agent, train=train, optimizer=optimizer, n=n, out=out, lm=lm,
-                                          teacher_lm=teacher_lm, config=AmbConfig(**({"lm": lm} if lm else {}))))
+                                          teacher_lm=teacher_lm, num_threads=num_threads,
+                                          config=AmbConfig(**({"lm": lm} if lm else {}))))
 
 
 @app.command("eval")

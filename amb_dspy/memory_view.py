@@ -31,7 +31,7 @@ from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_LONG_LINE_TOKENS = 80  # a longer line (a paragraph) is cut into sentences
+LINE_TOKENS = 80  # a longer line (a paragraph, a long turn) is shown sentence by sentence
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def format_node(node: QueryGraphNode, number: int) -> str:
     return f"Memory {number} (node {node.id}):\nTopic: {node.context}\nKeywords: {', '.join(node.keywords)}\nSummary: {node.summary}"
 
 
-def _pieces(text: str, start: int, end: int, count: Callable[[str], int]):
+def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
     """``(start, end)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
     a span may begin or end inside one), long lines cut at sentence ends."""
     start = text.rfind("\n", 0, start) + 1
@@ -60,7 +60,7 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int]):
         line_start, position = position, position + len(line) + 1
         if not line.strip():
             continue
-        if count(line) <= _LONG_LINE_TOKENS:
+        if count(line) <= line_tokens:
             yield line_start, line_start + len(line)
             continue
         cursor = 0
@@ -75,11 +75,12 @@ class MemoryView:
     """Writes the ``<memory>`` block for a query from ``store`` in one of :data:`VIEWS`."""
 
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
-                 node_weight: float = 0.3, hop_weight: float = 0.5, count: Callable[[str], int] = estimate_tokens):
+                 node_weight: float = 0.3, hop_weight: float = 0.5, line_tokens: int = LINE_TOKENS,
+                 count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
-        self.node_weight, self.hop_weight, self.count = node_weight, hop_weight, count
+        self.node_weight, self.hop_weight, self.line_tokens, self.count = node_weight, hop_weight, line_tokens, count
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, each line's nodes), rebuilt when the graph's nodes change
         self._lines: tuple = (None, [], None, [])
@@ -106,7 +107,7 @@ class MemoryView:
             for source in node.sources:
                 text = entries[source.entry_id].text
                 for span in source.spans:
-                    for start, end in _pieces(text, *span, self.count):
+                    for start, end in _pieces(text, *span, self.count, self.line_tokens):
                         key = (source.entry_id, start, end)
                         if key not in position:
                             position[key] = len(lines)

@@ -46,6 +46,7 @@ def optimize_command(
     out: Path = Path("compiled"),
     lm: str | None = None,
     teacher_lm: str | None = None,
+    num_threads: int = 1,
     config: AmbConfig | None = None,
     console: Any = None,
 ) -> Any:
@@ -64,7 +65,7 @@ def optimize_command(
     with Progress(*columns, console=console, transient=False) as progress:
         result = optimize_agents(
             agent, train, lm=task_lm, teacher_lm=teacher, optimizer=optimizer, n=n, out=out, config=config,
-            lm_name=spec, teacher_name=teacher_spec, progress=progress,
+            lm_name=spec, teacher_name=teacher_spec, progress=progress, num_threads=num_threads,
         )
     console.print(
         f"{', '.join(result.agents)}: {result.metric} {result.score_before:.3f} -> {result.score_after:.3f} "

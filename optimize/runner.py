@@ -101,11 +101,13 @@ def counted(function: Callable, advance: Callable[[], None]) -> Callable:
     return wrapper
 
 
-def evaluate(program: dspy.Module, devset: list[dspy.Example], metric: Callable, advance: Callable[[], None] = lambda: None) -> float:
-    """Mean metric over ``devset`` in [0, 1] with ``dspy.Evaluate``, one example at a time (an embedded
-    model is not thread-safe); an example that raises scores 0 and never stops the evaluation."""
+def evaluate(program: dspy.Module, devset: list[dspy.Example], metric: Callable, advance: Callable[[], None] = lambda: None,
+             num_threads: int = 1) -> float:
+    """Mean metric over ``devset`` in [0, 1] with ``dspy.Evaluate``, ``num_threads`` examples at a time (the
+    embedded model serialises its calls, so more threads help hosted LMs only); an example that raises
+    scores 0 and never stops the evaluation."""
     evaluator = dspy.Evaluate(
-        devset=devset, metric=counted(metric, advance), num_threads=1, display_progress=False,
+        devset=devset, metric=counted(metric, advance), num_threads=num_threads, display_progress=False,
         max_errors=len(devset) + 1, failure_score=0.0,
     )
     return round(evaluator(program).score / 100, 4)
@@ -132,10 +134,11 @@ def compiled_agents(agent: str, program: dspy.Module) -> dict[str, dspy.Module]:
 
 def make_optimizer(
     name: str, metric: AgentMetric, *, lm: Any, teacher_lm: Any = None, max_demos: int = 2, budget: int | None = None,
-    max_errors: int = 1000, seed: int = 0, on_metric: Callable[[], None] = lambda: None,
+    max_errors: int = 1000, seed: int = 0, on_metric: Callable[[], None] = lambda: None, num_threads: int = 1,
 ):
     """DSPy's optimizer for ``name``, set up for this project (see the module docstring); ``on_metric`` is
-    called after every metric call (progress)."""
+    called after every metric call (progress); ``num_threads`` is MIPROv2's and GEPA's evaluation threads
+    (BootstrapFewShot bootstraps one example at a time)."""
     teacher = teacher_lm or lm
     teacher_settings = {"lm": teacher_lm, "adapter": adapter_for(teacher_lm)} if teacher_lm is not None else {}
     if name == "bootstrap":
@@ -148,13 +151,13 @@ def make_optimizer(
             raise OptimizeError("--optimizer mipro needs the optuna package: pip install optuna (or pip install 'dspy[optuna]')")
         return dspy.MIPROv2(
             metric=counted(metric, on_metric), prompt_model=teacher, task_model=lm, teacher_settings=teacher_settings,
-            max_bootstrapped_demos=max_demos, max_labeled_demos=0, auto="light", num_threads=1,
+            max_bootstrapped_demos=max_demos, max_labeled_demos=0, auto="light", num_threads=num_threads,
             max_errors=max_errors, seed=seed, verbose=False,
         )
     if name == "gepa":
         budget_args = {"max_metric_calls": budget} if budget is not None else {"auto": "light"}
         return dspy.GEPA(
-            metric=counted(metric.feedback, on_metric), reflection_lm=teacher, num_threads=1, seed=seed, track_stats=False,
+            metric=counted(metric.feedback, on_metric), reflection_lm=teacher, num_threads=num_threads, seed=seed, track_stats=False,
             **budget_args,
         )
     raise OptimizeError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
@@ -178,15 +181,19 @@ def optimize_agents(
     seed: int = 0,
     embedder: Any = None,
     progress: Any = None,
+    num_threads: int = 1,
 ) -> OptimizeResult:
     """Compile ``agent`` (an agent name or "all") on ``train`` (``hotpotqa`` or ``hotpotqa:PATH``) and
     save it to ``out``. ``n`` caps the HotpotQA items used (train and dev together); ``budget`` caps
-    GEPA's metric calls (default: its "light" setting)."""
+    GEPA's metric calls (default: its "light" setting); ``num_threads`` runs the scoring and the
+    optimizer's evaluations in parallel."""
     started = time.monotonic()
     if agent not in TARGETS:
         raise OptimizeError(f"unknown agent {agent!r}: choose one of {', '.join(TARGETS)}")
     if optimizer not in OPTIMIZERS:
         raise OptimizeError(f"unknown optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+    if num_threads < 1:
+        raise OptimizeError(f"num_threads must be at least 1, got {num_threads}")
     out = Path(out)
     if (out / MANIFEST_FILE).exists():
         read_manifest(out)  # a foreign or broken manifest stops the run before any work, not after it
@@ -208,16 +215,16 @@ def optimize_agents(
     metric = METRICS[agent]
     program = build_program(agent, config, embedder=embedder)
     with dspy.context(lm=lm, adapter=adapter_for(lm)):
-        before = evaluate(program, devset, metric, steps.start("scoring before", total=len(devset)))
+        before = evaluate(program, devset, metric, steps.start("scoring before", total=len(devset)), num_threads)
         steps.finish()
         teleprompter = make_optimizer(
             optimizer, metric, lm=lm, teacher_lm=teacher_lm, max_demos=max_demos, budget=budget,
-            max_errors=len(trainset) + len(devset) + 1, seed=seed,
+            max_errors=len(trainset) + len(devset) + 1, seed=seed, num_threads=num_threads,
             on_metric=steps.start(f"compiling {agent} ({optimizer})"),
         )
         compiled = teleprompter.compile(program, trainset=trainset)
         steps.finish()
-        after = evaluate(compiled, devset, metric, steps.start("scoring after", total=len(devset)))
+        after = evaluate(compiled, devset, metric, steps.start("scoring after", total=len(devset)), num_threads)
         steps.finish()
 
     steps.start(f"saving to {out}", total=1)
