@@ -7,9 +7,11 @@ Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
   question needs.
 * ``evidence`` -- the raw text the nodes were built from, reached through their provenance
   (:class:`~amb_dspy.storage.query_graph.Source` spans), cut into lines and ranked for the question by
-  ``line score + node_weight x node score``: a line's own hybrid score (spec §6.1's formula over the
-  lines) plus a share of the best score of a node it belongs to, where a node's score is its own hybrid
-  score or ``hop_weight`` x the score of a linked node, whichever is higher (the graph's one hop).
+  ``line score + node_weight x node score + context_weight x the best score of the lines beside it``: a
+  line's own hybrid score (spec §6.1's formula over the lines), a share of the best score of a node it
+  belongs to, where a node's score is its own hybrid score or ``hop_weight`` x the score of a linked
+  node, whichever is higher (the graph's one hop), and a share of its neighbours' in the source text
+  (an answer is often the turn after the one that matches the question's words).
 
 Both fill the budget in rank order (a piece that does not fit is skipped, smaller ones after it may
 still fit) and say which nodes and spans they showed, for provenance-based recall
@@ -31,7 +33,7 @@ from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-LINE_TOKENS = 80  # a longer line (a paragraph, a long turn) is shown sentence by sentence
+LINE_TOKENS = 400  # a longer line (a long paragraph) is shown sentence by sentence
 
 
 @dataclass(frozen=True)
@@ -75,12 +77,13 @@ class MemoryView:
     """Writes the ``<memory>`` block for a query from ``store`` in one of :data:`VIEWS`."""
 
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
-                 node_weight: float = 0.3, hop_weight: float = 0.5, line_tokens: int = LINE_TOKENS,
-                 count: Callable[[str], int] = estimate_tokens):
+                 node_weight: float = 0.3, hop_weight: float = 0.5, context_weight: float = 0.3,
+                 line_tokens: int = LINE_TOKENS, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
         self.node_weight, self.hop_weight, self.line_tokens, self.count = node_weight, hop_weight, line_tokens, count
+        self.context_weight = context_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, each line's nodes), rebuilt when the graph's nodes change
         self._lines: tuple = (None, [], None, [])
@@ -140,12 +143,26 @@ class MemoryView:
             return []
         vector = self.store.embedder.embed([query])[0]
         nodes = self.node_scores(query, vector)
+        own = {int(key): score for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha)}
+        beside = self._adjacent(lines)
         scored = []
-        for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
-            i = int(key)  # a line shared by several nodes takes the best one's score
-            scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i]), i))
+        for i, score in own.items():  # a line shared by several nodes takes the best one's score
+            context = max((own.get(j, 0.0) for j in beside[i]), default=0.0)
+            scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i])
+                           + self.context_weight * context, i))
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         return [replace(lines[i], score=round(score, 6)) for score, i in scored]
+
+    @staticmethod
+    def _adjacent(lines: list[Evidence]) -> list[list[int]]:
+        """For each line, the lines just before and after it in its entry's text (the turns around a turn)."""
+        order = sorted(range(len(lines)), key=lambda i: (lines[i].entry_id, lines[i].start))
+        beside: list[list[int]] = [[] for _ in lines]
+        for a, b in zip(order, order[1:]):
+            if lines[a].entry_id == lines[b].entry_id:
+                beside[a].append(b)
+                beside[b].append(a)
+        return beside
 
     # --- the block ---------------------------------------------------------------------------
     def summary_block(self, query: str, budget: int) -> tuple[str, list[QueryGraphNode]]:

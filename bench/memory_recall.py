@@ -125,7 +125,7 @@ def flat_block(index: HybridIndex, units: list[Span], text: str, query: str, vec
     return "\n".join(text[a:b] for a, b in shown), shown
 
 
-def measure(contexts: list[Context], config: AmbConfig, lm, embedder, node_weight: float, line_tokens: int) -> dict:
+def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: dict, line_tokens: int) -> dict:
     rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
     ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": []}
     context_tokens = []
@@ -139,8 +139,8 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, node_weigh
                 ingest[key] += usage[key]
         store = bank.store
         entry = next(e for e in store.tree.entries.values() if e.text == context.text)  # offsets are the context's
-        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, node_weight=node_weight,
-                          line_tokens=line_tokens)
+        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, line_tokens=line_tokens,
+                          **weights)
         flat = HybridIndex(embedder.dim)
         flat.add_many([str(i) for i in range(len(context.units))], [context.text[a:b] for a, b in context.units],
                       embedder.embed([context.text[a:b] for a, b in context.units]))
@@ -171,6 +171,8 @@ def main() -> None:
     parser.add_argument("--policy", choices=("heuristic", "lm", "auto"), default="heuristic")
     parser.add_argument("--lm", default=None, help="the memory agents' LM (a DSPy model string, local, gguf:PATH)")
     parser.add_argument("--node-weight", type=float, default=0.3, help="evidence view: weight of a line's node score")
+    parser.add_argument("--context-weight", type=float, default=0.3,
+                        help="evidence view: weight of the best score of the lines beside a line")
     parser.add_argument("--line-tokens", type=int, default=LINE_TOKENS,
                         help="evidence view: lines longer than this are shown sentence by sentence")
     args = parser.parse_args()
@@ -187,7 +189,8 @@ def main() -> None:
         config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
                            **({"lm": args.lm} if args.lm else {}))
         started = time.monotonic()
-        measured = measure(contexts, config, lm, embedder, args.node_weight, args.line_tokens)
+        measured = measure(contexts, config, lm, embedder, {"node_weight": args.node_weight, "context_weight": args.context_weight},
+                           args.line_tokens)
         seconds = time.monotonic() - started
 
     rows, ingest = measured["rows"], measured["ingest"]
