@@ -44,7 +44,7 @@ class AmbConfig(BaseSettings):
     retrieval_k: int = Field(5, ge=1)
     retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)
     memory_view: Literal["summary", "evidence"] = Field(
-        "summary", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
+        "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory_view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the evidence view's <memory> block")
     embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")

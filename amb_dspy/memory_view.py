@@ -52,6 +52,12 @@ def format_node(node: QueryGraphNode, number: int) -> str:
     return f"Memory {number} (node {node.id}):\nTopic: {node.context}\nKeywords: {', '.join(node.keywords)}\nSummary: {node.summary}"
 
 
+def _header(node_id: str, number: int = 10) -> str:
+    """A group's header, as the summary view's (the executor cites ``[node ID]``); for costing, number 10
+    is the dearest form up to 99 groups."""
+    return f"Memory {number} (node {node_id}):"
+
+
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
     """``(start, end)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
     a span may begin or end inside one), long lines cut at sentence ends."""
@@ -176,16 +182,22 @@ class MemoryView:
         return "\n\n".join(format_node(node, i) for i, node in enumerate(shown, 1)), shown
 
     def evidence_block(self, query: str, budget: int) -> tuple[str, list[Evidence]]:
-        """Raw source lines in rank order, as many as fit in ``budget`` tokens, shown in the text's order."""
-        shown, used = [], 0
+        """Raw source lines in rank order, as many as fit in ``budget`` tokens, grouped under a header per node
+        (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
+        shown, used, headed = [], 0, set()
         for line in self.ranked_evidence(query):
-            cost = self.count(line.text) + 1
+            cost = self.count(line.text) + 1 + (0 if line.node_id in headed else self.count(_header(line.node_id)) + 2)
             if used + cost <= budget:
                 shown.append(line)
+                headed.add(line.node_id)
                 used += cost
         order = {entry_id: i for i, entry_id in enumerate(self.store.tree.entries)}
         shown.sort(key=lambda line: (order.get(line.entry_id, 0), line.start))
-        return "\n".join(line.text for line in shown), shown
+        groups: dict[str, list[str]] = {}
+        for line in shown:
+            groups.setdefault(line.node_id, []).append(line.text)
+        blocks = [f"{_header(node_id, i)}\n" + "\n".join(texts) for i, (node_id, texts) in enumerate(groups.items(), 1)]
+        return "\n\n".join(blocks), shown
 
     def block(self, query: str, budget: int) -> str:
         """The block in this view's form for ``query``, at most ``budget`` tokens."""

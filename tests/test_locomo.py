@@ -163,7 +163,9 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     doc = InsightDoc(task_goal="What did Jon lose his job as?")
     evidence = MemoryAdapter(bank.store, view="evidence", budget=400).memory_text(doc)
     assert 200 < estimate_tokens(evidence) <= 400
-    assert all(line in text for line in evidence.split("\n"))  # raw turns (or their sentences), not summaries
+    headers = [line for line in evidence.split("\n") if line.startswith("Memory ")]
+    assert headers and all(h.split("(node ")[1].rstrip("):") in bank.store.graph.nodes_dict for h in headers)
+    assert all(line in text for line in evidence.split("\n") if line and line not in headers)  # raw turns
     assert "Lost my job as a banker" in evidence
     summary = MemoryAdapter(bank.store).memory_text(doc)
     assert summary.startswith("Memory 1 (node ") and "Summary: " in summary
