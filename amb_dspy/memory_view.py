@@ -20,6 +20,7 @@ still fit) and say which nodes and spans they showed, for provenance-based recal
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -53,9 +54,20 @@ def format_node(node: QueryGraphNode, number: int) -> str:
 
 
 def _header(node_id: str, number: int = 10) -> str:
-    """A group's header, as the summary view's (the executor cites ``[node ID]``); for costing, number 10
-    is the dearest form up to 99 groups."""
+    """A group's header, as the summary view's (the executor cites ``[node ID]``, and citations and
+    ``deep_retrieval`` take a unique id prefix); for costing, number 10 is the dearest form up to 99 groups."""
     return f"Memory {number} (node {node_id}):"
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Each id's shortest prefix of at least ``least`` characters that no other id starts with."""
+    ordered = sorted(ids)
+    short = {}
+    for i, node_id in enumerate(ordered):
+        shared = max((len(os.path.commonprefix([node_id, other])) for other in ordered[max(i - 1, 0):i + 2]
+                      if other != node_id), default=0)
+        short[node_id] = node_id[:max(least, shared + 1)]
+    return short
 
 
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
@@ -185,8 +197,9 @@ class MemoryView:
         """Raw source lines in rank order, as many as fit in ``budget`` tokens, grouped under a header per node
         (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
         shown, used, headed = [], 0, set()
+        short = short_ids(list(self.store.graph.nodes_dict))
         for line in self.ranked_evidence(query):
-            cost = self.count(line.text) + 1 + (0 if line.node_id in headed else self.count(_header(line.node_id)) + 2)
+            cost = self.count(line.text) + 1 + (0 if line.node_id in headed else self.count(_header(short[line.node_id])) + 2)
             if used + cost <= budget:
                 shown.append(line)
                 headed.add(line.node_id)
@@ -196,7 +209,7 @@ class MemoryView:
         groups: dict[str, list[str]] = {}
         for line in shown:
             groups.setdefault(line.node_id, []).append(line.text)
-        blocks = [f"{_header(node_id, i)}\n" + "\n".join(texts) for i, (node_id, texts) in enumerate(groups.items(), 1)]
+        blocks = [f"{_header(short[node_id], i)}\n" + "\n".join(texts) for i, (node_id, texts) in enumerate(groups.items(), 1)]
         return "\n\n".join(blocks), shown
 
     def block(self, query: str, budget: int) -> str:
