@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[local,optimize,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,dev]"
 	touch $@
 
 # pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.

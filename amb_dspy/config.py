@@ -63,6 +63,10 @@ class AmbConfig(BaseSettings):
     max_lm_calls: int = Field(400, ge=1, description="LM calls per run before the bank stops")
     max_merge_rounds: int = Field(5, ge=1, description="merge -> re-analysis rounds per conflict")
 
+    # --- long-term memory across tasks (amb_dspy.longterm) ------------------------------------
+    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir) or chroma")
+    longterm_url: str = Field("", description="a Chroma server, http://host:port; empty: embedded under storage_dir")
+
     # --- paths -------------------------------------------------------------------------------
     storage_dir: Path = Path("data/storage")
     temp_dir: Path = Path("data/temp")
