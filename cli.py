@@ -155,5 +155,67 @@ def evaluate(
                                       config=AmbConfig(**({"lm": lm} if lm else {})), echo=typer.echo))
 
 
+# --- amb memory: long-term memory across tasks ----------------------------------------------------------
+memory_app = typer.Typer(help="Long-term memory kept across tasks (AMB_LONGTERM_BACKEND=sqlite|chroma, "
+                              "AMB_LONGTERM_URL for a Chroma server).", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+_NAMESPACE = typer.Option("default", "--namespace", help="whose memory: a user, an agent, a task type")
+_KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory or preference")
+
+
+def _memory(command: str, **arguments) -> None:
+    """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.longterm import LongTermError, commands
+
+    try:
+        lines = getattr(commands, command)(AmbConfig(), **arguments)
+    except (LongTermError, *_expected_errors()) as exc:
+        _fail(_one_line(exc))
+    for line in lines:
+        typer.echo(line)
+
+
+@memory_app.command("list")
+def memory_list(namespace: str = _NAMESPACE, kind: Optional[str] = _KIND,
+                limit: int = typer.Option(50, "--limit", min=1, help="items to show")) -> None:
+    """List a namespace's items, most recently updated first."""
+    _memory("list_items", namespace=namespace, kind=kind, limit=limit)
+
+
+@memory_app.command("search")
+def memory_search(query: str = typer.Argument(..., help="what to look for"), namespace: str = _NAMESPACE,
+                  kind: Optional[str] = _KIND, k: int = typer.Option(5, "--k", min=1, help="results")) -> None:
+    """Find the items that best match a query, with their scores."""
+    _memory("search_items", namespace=namespace, query=query, k=k, kind=kind)
+
+
+@memory_app.command("show")
+def memory_show(item_id: str = typer.Argument(..., help="the item's id"), namespace: str = _NAMESPACE) -> None:
+    """Print one item as JSON with its audit rows."""
+    _memory("show_item", namespace=namespace, item_id=item_id)
+
+
+@memory_app.command("delete")
+def memory_delete(item_id: str = typer.Argument(..., help="the item's id"), namespace: str = _NAMESPACE,
+                  reason: str = typer.Option("", "--reason", help="kept in the audit row")) -> None:
+    """Delete an item; it leaves search at once and an audit row stays."""
+    _memory("delete_item", namespace=namespace, item_id=item_id, reason=reason)
+
+
+@memory_app.command("prune")
+def memory_prune(older_than: float = typer.Option(..., "--older-than", min=0, help="days since the last update"),
+                 namespace: str = _NAMESPACE, kind: Optional[str] = _KIND) -> None:
+    """Delete the items not updated for a number of days (one audit row each)."""
+    _memory("prune_items", namespace=namespace, older_than_days=older_than, kind=kind)
+
+
+@memory_app.command("export")
+def memory_export(namespace: str = _NAMESPACE,
+                  out: Optional[Path] = typer.Option(None, "--out", help="write the JSON here instead of printing it")) -> None:
+    """Export a namespace's items and audit rows as one JSON object."""
+    _memory("export_items", namespace=namespace, out=out)
+
+
 if __name__ == "__main__":
     app()
