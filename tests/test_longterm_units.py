@@ -11,6 +11,7 @@ from amb_dspy.longterm.merge import (
     MAX_TRAJECTORY_CHARS,
     heuristic_merge,
     merge_items,
+    numbers_disagree,
     sentences,
 )
 from amb_dspy.longterm.scoring import (
@@ -111,3 +112,11 @@ def test_merge_by_kind():
     assert merge_items("fact", "A is B.", "A is B indeed.", merger=lambda old, new: "A is B (merged).") == "A is B (merged)."
     assert merge_items("fact", "A is B.", "A is B indeed.", merger=lambda old, new: "  ") == "A is B indeed."
     assert merge_items("fact", "A is B.", "A is C.", merger=lambda old, new: "y" * 10_000) == "A is C."
+
+
+def test_statements_that_disagree_on_a_number_are_not_duplicates():
+    assert numbers_disagree("It was the 44th season of the program.", "It was the 45th season of the program.")
+    assert numbers_disagree("Population 403 in 2010.", "Population 410 in 2010.")
+    assert not numbers_disagree("Scott Derrickson (born July 16, 1966) is a director.", "Scott Derrickson is a director.")
+    assert not numbers_disagree("The Seine is 777 km long.", "The Seine, 777 km long, flows through Paris.")
+    assert not numbers_disagree("No numbers here.", "None here either.")

@@ -29,7 +29,12 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from amb_dspy.longterm.merge import DEDUP_THRESHOLD, Merger, merge_items
+from amb_dspy.longterm.merge import (
+    DEDUP_THRESHOLD,
+    Merger,
+    merge_items,
+    numbers_disagree,
+)
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
@@ -351,7 +356,8 @@ class LongTermStore(ABC):
 
     def closest(self, namespace: str, content: str, kind: str) -> tuple[MemoryItem | None, float]:
         """The item a write of ``content`` would merge into if the similarity reached ``dedup_threshold``,
-        and that similarity (``(None, 0.0)`` in an empty namespace); writes nothing."""
+        and that similarity (``(None, 0.0)`` when there is none); writes nothing. Items whose numbers
+        disagree with the content's are never candidates (:func:`~amb_dspy.longterm.merge.numbers_disagree`)."""
         namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
         return self._closest(namespace, content, kind, self._embed(content))
 
@@ -361,7 +367,7 @@ class LongTermStore(ABC):
         best, best_similarity = None, 0.0
         for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
             similarity = hybrid_similarity(cosine, containment(tokens, tokenize(item.content)), self.alpha)
-            if best is None or similarity > best_similarity:
+            if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
                 best, best_similarity = item, similarity
         return best, best_similarity
 

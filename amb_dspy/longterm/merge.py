@@ -34,12 +34,23 @@ MAX_STATEMENT_CHARS = 4_000
 # A sentence of the other statement counts as already said when half its words are in the kept one: the
 # two items are near-duplicates already, so a sentence sharing that much is a restatement, not news.
 _ALREADY_SAID = 0.5
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
 
 
 def sentences(text: str) -> list[str]:
     """Split at sentence ends followed by a capital letter or a digit (keeps "U.S. law" whole often enough)."""
     return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def numbers_disagree(a: str, b: str) -> bool:
+    """Whether each statement has a number the other lacks ("the 44th season" / "the 45th season").
+
+    Such statements are different facts, or a conflict, however similar their words: never merged.
+    A statement whose numbers are all in the other (a retelling that drops a date) is not refused.
+    """
+    numbers_a, numbers_b = set(_NUMBER.findall(a)), set(_NUMBER.findall(b))
+    return bool(numbers_a - numbers_b) and bool(numbers_b - numbers_a)
 
 
 def heuristic_merge(old: str, new: str) -> str:
