@@ -223,7 +223,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=300, help="HotpotQA dev questions for recall and merging")
     parser.add_argument("--data", type=Path, default=DATA, help="folder with dev_distractor_300.jsonl and train_100.jsonl")
     parser.add_argument("--calibrate", action="store_true", help="sweep the dedup threshold on train_100 and stop")
-    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true", help="only recall and merging")
+    parser.add_argument("--skip-quality", action="store_true", help="only latency")
     args = parser.parse_args()
     embedder = default_embedder()
     backends = ["sqlite", "chroma"] if args.backend == "both" else [args.backend]
@@ -251,7 +252,7 @@ def main() -> None:
         embedder.embed([f"an uncached sentence number {i} to time one embedding"])
     summary["embed_ms"] = (time.perf_counter() - t0) / 30 * 1e3
     print(f"{'backend':<8} {'part':<34} {'value':>10}")
-    for backend in backends:
+    for backend in [] if args.skip_quality else backends:
         with tempfile.TemporaryDirectory() as folder:
             store = open_store(backend, Path(folder), embedder)
             quality = recall_at_k(store, dev)
