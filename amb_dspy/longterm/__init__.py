@@ -19,15 +19,17 @@ from amb_dspy.longterm.base import (
     KINDS,
     AuditRecord,
     ItemMetadata,
-    ItemNotFoundError,
-    LongTermError,
-    LongTermInputError,
     LongTermStore,
     MemoryItem,
     ScoredItem,
     SourceSpan,
-    StoreUnavailableError,
     WriteOutcome,
+)
+from amb_dspy.longterm.errors import (
+    ItemNotFoundError,
+    LongTermError,
+    LongTermInputError,
+    StoreUnavailableError,
 )
 from amb_dspy.longterm.merge import DEDUP_THRESHOLD, heuristic_merge
 from amb_dspy.longterm.redact import Redaction, redact

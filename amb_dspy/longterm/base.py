@@ -29,6 +29,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from amb_dspy.longterm.errors import (
+    ItemNotFoundError,
+    LongTermInputError,
+)
 from amb_dspy.longterm.merge import (
     DEDUP_THRESHOLD,
     Merger,
@@ -56,22 +60,6 @@ MAX_CONTENT_CHARS = 32_000
 MAX_NAMESPACE_CHARS = 200
 _DEDUP_CANDIDATES = 5
 _MIN_SEARCH_POOL = 32
-
-
-class LongTermError(Exception):
-    """A long-term memory problem; the message is one line saying what and why."""
-
-
-class StoreUnavailableError(LongTermError):
-    """The store cannot be opened or reached (bad file, server down, wrong embedding size)."""
-
-
-class ItemNotFoundError(LongTermError):
-    """No item with that id in that namespace."""
-
-
-class LongTermInputError(LongTermError, ValueError):
-    """Bad input to the store: empty content, an unknown kind, a malformed namespace."""
 
 
 class SourceSpan(BaseModel):
@@ -109,6 +97,13 @@ class ItemMetadata(BaseModel):
             citations=union(self.citations, newer.citations),
             extra={**self.extra, **newer.extra},
         )
+
+    def with_task(self, task_id: str) -> ItemMetadata:
+        """The same provenance, naming ``task_id`` too (as the source task if there is none yet)."""
+        if not task_id or task_id in self.task_ids:
+            return self
+        return self.model_copy(update={"source_task_id": self.source_task_id or task_id,
+                                       "task_ids": (*self.task_ids, task_id)})
 
     def boost(self) -> float:
         return source_boost(spans=len(self.source_spans), node_ids=len(self.node_ids),
@@ -236,7 +231,7 @@ class LongTermStore(ABC):
         (:func:`amb_dspy.longterm.merge.heuristic_merge`).
         """
         namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
-        metadata = metadata or ItemMetadata(source_task_id=task_id, task_ids=(task_id,) if task_id else ())
+        metadata = (metadata or ItemMetadata()).with_task(task_id)
         vector = self._embed(content)
         duplicate, similarity = self._closest(namespace, content, kind, vector)
         now = self.clock()
@@ -260,8 +255,12 @@ class LongTermStore(ABC):
         """Add items as they are, without merging (imports and bulk loads), in one change."""
         namespace, kind = check_namespace(namespace), check_kind(kind)
         contents = [check_content(c) for c in contents]
+        if not contents:
+            return []
         vectors = self.embedder.embed(contents) if vectors is None else np.asarray(vectors, dtype=np.float32)
-        metadata = ItemMetadata(source_task_id=task_id, task_ids=(task_id,) if task_id else ())
+        if len(vectors) != len(contents):
+            raise LongTermInputError(f"{len(contents)} contents but {len(vectors)} vectors")
+        metadata = ItemMetadata().with_task(task_id)
         now = self.clock()
         change = Change()
         for content, vector in zip(contents, vectors):

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from amb_dspy.config import AmbConfig
-from amb_dspy.longterm.base import LongTermInputError, LongTermStore, MemoryItem
+from amb_dspy.longterm.base import LongTermStore, MemoryItem
+from amb_dspy.longterm.errors import LongTermInputError
 from amb_dspy.longterm.registry import open_store
 
 PREVIEW_CHARS = 100

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from amb_dspy.config import AmbConfig
-from amb_dspy.longterm.base import LongTermStore, StoreUnavailableError
+from amb_dspy.longterm.base import LongTermStore
+from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.retrieval.embedding import Embedder
 
 

@@ -47,7 +47,9 @@ class RecalledItem:
 
     @property
     def task_id(self) -> str:
-        return self.item.metadata.source_task_id or "unknown task"
+        """The last task that wrote or merged into the item (its date is :attr:`date`)."""
+        metadata = self.item.metadata
+        return (metadata.task_ids[-1] if metadata.task_ids else metadata.source_task_id) or "unknown task"
 
     @property
     def date(self) -> str:
@@ -108,10 +110,9 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
 
     goal, answer = clean(goal.strip()), clean(answer.strip())
     spans, node_ids, plain = _citation_sources(citations, clean)
-    provenance = {"source_task_id": task_id, "task_ids": (task_id,) if task_id else ()}
     outcomes = []
     if goal and answer:
-        metadata = ItemMetadata(**provenance, node_ids=tuple(dict.fromkeys(node_ids)), source_spans=tuple(spans),
+        metadata = ItemMetadata(node_ids=tuple(dict.fromkeys(node_ids)), source_spans=tuple(spans),
                                 citations=tuple(dict.fromkeys(plain)))
         outcomes.append(store.write(namespace, f"Question: {goal}\nAnswer: {answer}", "conclusion",
                                     metadata=metadata, task_id=task_id, reason="conclusion of a finished task",
@@ -119,7 +120,7 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
     for task in completed_tasks:
         context = clean(str(task.get("context") or "").strip())
         if context and str(task.get("status", "success")).lower() == "success":
-            metadata = ItemMetadata(**provenance, extra={"subtask": clean(str(task.get("description") or ""))})
+            metadata = ItemMetadata(extra={"subtask": clean(str(task.get("description") or ""))})
             outcomes.append(store.write(namespace, context, "fact", metadata=metadata, task_id=task_id,
                                         reason="finding of a completed subtask", merge=merge))
     if completed_tasks or hops:
@@ -128,7 +129,7 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
         lines += [f"subtask {i}. [{t.get('status', 'success')}] {clean(str(t.get('description') or ''))}"
                   for i, t in enumerate(completed_tasks, 1)]
         lines += [clean(_hop_line(i, hop)) for i, hop in enumerate(hops, 1)]
-        metadata = ItemMetadata(**provenance, extra={"status": status})
+        metadata = ItemMetadata(extra={"status": status})
         outcomes.append(store.write(namespace, "\n".join(lines), "trajectory", metadata=metadata, task_id=task_id,
                                     reason=f"trajectory of a finished task ({status})"))
     return outcomes

@@ -27,8 +27,8 @@ from amb_dspy.longterm.base import (
     Kind,
     LongTermStore,
     MemoryItem,
-    StoreUnavailableError,
 )
+from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 
