@@ -20,8 +20,10 @@ import pytest
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.longterm import (
+    ItemMetadata,
     ItemNotFoundError,
     LongTermInputError,
+    SourceSpan,
     StoreUnavailableError,
     format_recalled,
     open_store,
@@ -139,6 +141,15 @@ def test_write_get_list_update_search(make_store, ns):
     assert updated.created_at == second.item.created_at and updated.updated_at >= second.item.updated_at
     assert [r.action for r in store.audit(ns, item_id=second.item.id)] == ["write", "update"]
     assert store.search(ns, "river in Paris", k=1)[0].item.content == "The Seine flows through Paris."
+
+
+def test_items_come_back_exactly(make_store, ns):
+    store = make_store(clock=Clock(1795333764.7999341))  # a time whose float needs all 17 digits
+    metadata = ItemMetadata(node_ids=("n1",), source_spans=(SourceSpan(source="corpus://a.md", quote="q", start=3, end=9),),
+                            citations=("wikipedia:Seine",), extra={"status": "success"})
+    written = store.write(ns, SEINE, "conclusion", metadata=metadata, task_id="t1").item
+    assert store.get(ns, written.id) == written == make_store().list(ns)[0]
+    assert written.metadata.task_ids == ("t1",) and written.source_boost == 1.0
 
 
 def test_delete_removes_from_search_and_leaves_an_audit_row(make_store, ns):

@@ -11,10 +11,10 @@ fetch an ONNX model) is never built. Telemetry is off (``anonymized_telemetry=Fa
 Items live in one collection per namespace and kind (cosine space), named from a hash of the namespace:
 a metadata filter (``where``) makes Chroma check every record's metadata, which at 10k items cost a
 search about 35 ms against 2 ms without one, and a collection per namespace and kind needs none. Each
-record keeps namespace and kind in its metadata too, and the item's provenance JSON-encoded (Chroma
-metadata values are scalars). The audit trail is one more collection, which also records the
-embedding size; Chroma stores no record without a vector, so each audit row carries the constant
-one-dimensional vector ``[1.0]`` and is never searched by it.
+record's metadata holds the item (but its content, the record's document) JSON-encoded. The audit
+trail is one more collection, which also records the embedding size; Chroma stores no record without
+a vector, so each audit row carries the constant one-dimensional vector ``[1.0]`` and is never
+searched by it.
 
 Chroma has no transactions: a change is applied step by step and the steps already done are undone
 if a later one fails, so an error leaves the store as it was (as far as the server still answers).
@@ -24,6 +24,7 @@ Any error from Chroma itself (server down, file unreadable) becomes :class:`Stor
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -38,13 +39,11 @@ from amb_dspy.longterm.base import (
     KINDS,
     AuditRecord,
     Change,
-    ItemMetadata,
     Kind,
-    LongTermError,
     LongTermStore,
     MemoryItem,
-    StoreUnavailableError,
 )
+from amb_dspy.longterm.errors import LongTermError, StoreUnavailableError
 from amb_dspy.retrieval.embedding import Embedder
 
 ITEMS_PREFIX = "amb-lt-"
@@ -69,15 +68,14 @@ def _settings():
 
 
 def _item(item_id: str, document: str, meta: dict) -> MemoryItem:
-    return MemoryItem(id=item_id, namespace=meta["namespace"], kind=meta["kind"], content=document,
-                      metadata=ItemMetadata.model_validate_json(meta["provenance"]),
-                      created_at=meta["created_at"], updated_at=meta["updated_at"],
-                      source_boost=meta["source_boost"])
+    return MemoryItem.model_validate({**json.loads(meta["item"]), "id": item_id, "content": document})
 
 
 def _meta(item: MemoryItem) -> dict:
-    return {"namespace": item.namespace, "kind": item.kind, "provenance": item.metadata.model_dump_json(),
-            "created_at": item.created_at, "updated_at": item.updated_at, "source_boost": item.source_boost}
+    """The record's metadata: the item but its content, JSON-encoded (Chroma does not give floats back to
+    the last bit, and its values are scalars), and namespace, kind and update time as plain values."""
+    return {"item": item.model_dump_json(exclude={"content"}), "namespace": item.namespace, "kind": item.kind,
+            "updated_at": item.updated_at}
 
 
 def collection_name(namespace: str, kind: str) -> str:
