@@ -30,7 +30,8 @@ from amb_dspy.longterm.base import (
 from amb_dspy.longterm.merge import Merger
 from amb_dspy.longterm.redact import redact as redact_text
 
-# Calibrated by bench/longterm.py on HotpotQA dev: see its docstring.
+# From bench/longterm.py on HotpotQA dev: 90% of paraphrased or follow-up questions score their own
+# earlier conclusion at 0.62 or more, and 90% of questions never asked get no item over 0.51.
 DEFAULT_MIN_SCORE = 0.55
 DEFAULT_MAX_TOKENS = 600
 DEFAULT_RECALL_K = 8
@@ -104,6 +105,8 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
     ``context`` (what the subtask found), as in the Insight Doc; ``hops`` are the tool calls of the
     task, dicts of scalars or lines. ``merge`` writes one statement from two near-duplicate facts or
     conclusions (the integration agent); ``redact`` removes e-mails, phone numbers and secrets first.
+    Each item is written (or merged) on its own, all or nothing: a store that fails midway keeps the
+    items already written, each whole and with its audit row.
     """
     def clean(text: str) -> str:
         return redact_text(text, region=region).text if redact else text
