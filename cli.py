@@ -80,6 +80,7 @@ def run(
             folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
             config = config.model_copy(update={"checkpoint_dir": folder})
         from amb_dspy.bank import MemoryBank, read_context_file
+        from amb_dspy.storage import Hop, hop_summary
 
         context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
         with console.status("loading the memory bank...") as status:
@@ -121,6 +122,9 @@ def run(
                       f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
     console.print(f"termination: {result.termination}; loops {result.loops}; "
                   f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
+    tools = hop_summary([Hop.model_validate(hop) for hop in result.hops])
+    console.print(f"tools: searches {tools['searches']} (unique {tools['unique_searches']}), "
+                  f"repeats avoided {tools['repeats_avoided']}, visits {tools['visits']}, hops {tools['hops']}")
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
     for cited in result.citations:

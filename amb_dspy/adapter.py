@@ -49,7 +49,7 @@ def format_memory(nodes: list[QueryGraphNode]) -> str:
     return "\n\n".join(blocks)
 
 
-def format_task(doc: InsightDoc) -> str:
+def format_task(doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
     lines = [f"Task goal: {doc.task_goal}", "", "Completed subtasks:"]
     if not doc.completed_tasks:
         lines.append("(none yet)")
@@ -59,6 +59,9 @@ def format_task(doc: InsightDoc) -> str:
             lines.append(f"   Knowledge context: {task.context}")
     lines += ["", "Pending task:"]
     lines.append(f"1. {doc.pending_tasks[0]}" if doc.pending_tasks else "(none: answer the task goal)")
+    if already_fetched:
+        lines += ["", "Already searched / already read in this task (their results are in memory; no need to "
+                      "call them again), most recent first:", *(f"- {item}" for item in already_fetched)]
     return "\n".join(lines)
 
 
@@ -100,10 +103,10 @@ class MemoryAdapter:
         """The <memory> section's text for ``doc``'s pending task (or its goal)."""
         return format_memory(self.memory_for(doc))
 
-    def enhance_prompt(self, doc: InsightDoc) -> str:
+    def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
         memory = self.memory_text(doc)
         return (
-            f"<task>\n{format_task(doc)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
+            f"<task>\n{format_task(doc, already_fetched)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
             "Carry out the next step based on the task and memory above."
         )
 

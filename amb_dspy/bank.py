@@ -48,6 +48,7 @@ from amb_dspy.storage import (
     InsightDoc,
     InteractionEntry,
 )
+from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
 __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
@@ -96,6 +97,7 @@ class MemoryBank(LoopPhases):
         self.memory_adapter: MemoryAdapter | None = None
         self.memory: MemoryWriter | None = None
         self._run: RunState | None = None  # the run under way (its errors and fallback counts)
+        self.tool_cache: ToolCache | None = None  # the run's searches and visits (built with its executor)
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
     @property
@@ -150,7 +152,9 @@ class MemoryBank(LoopPhases):
             deep_retrieval=DeepRetrievalTool(self.store, self.config.storage_dir),
             max_observation_chars=self.config.max_observation_chars,
         )
-        return Executor(tools, max_iters=self.config.react_max_iters)
+        self.tool_cache = ToolCache(self.store, enabled=self.config.tool_cache,
+                                    max_observation_chars=self.config.max_observation_chars)
+        return Executor([self.tool_cache.wrap(tool) for tool in tools], max_iters=self.config.react_max_iters)
 
     # --- the run -----------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
@@ -209,6 +213,7 @@ class MemoryBank(LoopPhases):
             errors=state.errors,
             notices=state.notices,
             fallbacks=dict(state.fallbacks),
+            hops=[hop.model_dump(mode="json") for hop in self.store.hops],
             citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
             seconds=round(time.monotonic() - started, 3),
         )

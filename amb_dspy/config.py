@@ -50,6 +50,7 @@ class AmbConfig(BaseSettings):
     # --- tools -------------------------------------------------------------------------------
     serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
     jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
+    tool_cache: bool = Field(True, description="answer a repeated search or visit of the task from memory (AMB_TOOL_CACHE=0: off)")
     search_k: int = Field(10, ge=1, description="results per search (at most 3 on the embedded model)")
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
     http_timeout_s: float = 20.0
