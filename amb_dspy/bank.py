@@ -13,6 +13,7 @@ leaves the graph as it was and still keeps the raw text in the Interaction Tree.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -97,6 +98,7 @@ class MemoryBank(LoopPhases):
         self.memory_adapter: MemoryAdapter | None = None
         self.memory: MemoryWriter | None = None
         self._run: RunState | None = None  # the run under way (its errors and fallback counts)
+        self._count_lock = threading.Lock()
         self.tool_cache: ToolCache | None = None  # the run's searches and visits (built with its executor)
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
@@ -125,7 +127,8 @@ class MemoryBank(LoopPhases):
                 self._run.errors.append(f"{exc} (its deterministic policy was used)")
         if name == "structure":  # the policy favours the sentences the task asks about
             inputs = {**inputs, "task_goal": self.store.insight_doc.task_goal}
-        self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
+        with self._count_lock:  # agents' calls may run in threads (amb_dspy.parallel)
+            self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
         with self.lms.use(name):  # token counting and window caps follow the agent's LM
             return POLICIES[name](self.agents[name], self.embedder, **inputs)
 
@@ -260,11 +263,15 @@ class MemoryBank(LoopPhases):
         self.notice = self.lms.notice
         self.store = store
         self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha)
-        self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
+        self.memory = MemoryWriter(store, self.config, self._agent, self._emit, threads=self._structure_threads)
         # The meter belongs to this run, not to its LMs, which other banks may share.
         self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
         self._run = RunState(doc_id=store.insight_doc.doc_id)
         return self._run
+
+    def _structure_threads(self) -> int:
+        with self.lms.use("structure"):
+            return self.agents["structure"].lm_threads() if hasattr(self.agents["structure"], "lm_threads") else 1
 
     def _citation(self, node_id: str) -> dict[str, str]:
         """A cited node as a user checks it: its topic and the first raw passage it was built from."""

@@ -36,6 +36,8 @@ class AmbConfig(BaseSettings):
     temperature: float = 0.6
     max_tokens: int = 4096
 
+    lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
+                                   "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")
