@@ -17,24 +17,29 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,dev]"
+	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, into AMB_CACHE_DIR
 	touch $@
 
 # pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.
+# The layers (import-linter) and the lint rules (ruff) are checked before any test runs.
 test: install
+	$(BIN)/lint-imports
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# The embedded 135M model is slow on 2 cores: the demo keeps to a small budget (2 loops, 3 ReAct steps,
+# The embedded 135M model is slow on 2 cores: the demo keeps to a small budget (1 loop, 3 ReAct steps,
 # 256-token replies) so it finishes in a few minutes. Its answers are weak; the pipeline is the point.
 demo: install
 	AMB_MAX_TOKENS=256 AMB_REACT_MAX_ITERS=3 $(BIN)/amb run \
 		"Which river flows through the city where the Tidewater Lantern Festival is held, and when does the festival take place?" \
-		--context-file datasets/demo-notes.md --corpus datasets/demo --lm local --max-loops 2 \
+		--context-file datasets/demo-notes.md --corpus datasets/demo --lm local --max-loops 1 \
 		--export amb_runs/demo-bank.json
 
 bench: install
 	$(BIN)/python bench/retrieval.py --n 10000
 	$(BIN)/python bench/hotpotqa_retrieval.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
+	$(BIN)/python bench/heuristic_policy.py ../shared/datasets/hotpotqa/dev_distractor_300.jsonl
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info amb_runs

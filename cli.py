@@ -7,10 +7,12 @@ Heavy libraries (DSPy, torch, FAISS, sentence-transformers) are imported inside 
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
-from typing import Optional
 
 import typer
+
+from amb_dspy.errors import one_line
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
 
@@ -20,20 +22,15 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def _expected_errors() -> tuple[type[BaseException], ...]:
     """Errors that mean bad input or configuration: reported in one line, without a traceback."""
-    from amb_dspy.adapter import InputError
+    from amb_dspy.errors import ConfigError, InputError
     from amb_dspy.retrieval.embedding import EmbeddingError
     from amb_dspy.storage.bank_file import BankFileError
 
-    errors: list[type[BaseException]] = [InputError, BankFileError, EmbeddingError, FileNotFoundError]
+    errors: list[type[BaseException]] = [InputError, ConfigError, BankFileError, EmbeddingError, FileNotFoundError]
     for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
-                         ("amb_dspy.tools.corpus", "CorpusError")):
+                         ("amb_dspy.tools.corpus", "CorpusError"), ("amb_dspy.view", "ViewError")):
         try:
             errors.append(getattr(__import__(module, fromlist=[name]), name))
         except (ImportError, AttributeError):
@@ -51,14 +48,23 @@ def version() -> None:
 
 @app.command()
 def run(
-    task: str = typer.Argument(..., help="what the agent should do or answer"),
-    context_file: Optional[Path] = typer.Option(None, "--context-file", help="long text given with the task"),
+    task: str | None = typer.Argument(None, help="what the agent should do or answer (not with --resume)"),
+    context_file: Path | None = typer.Option(None, "--context-file", help="long text given with the task"),
     image: list[Path] = typer.Option([], "--image", help="an image attached to the task (repeatable)"),
-    corpus: Optional[Path] = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
-    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
-    export: Optional[Path] = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
-    max_loops: Optional[int] = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+    corpus: Path | None = typer.Option(None, "--corpus", help="local search corpus: a folder or a JSONL of passages"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+    export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
+    max_loops: int | None = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
+    bank_file: Path | None = typer.Option(None, "--bank", help="start from this bank (e.g. from `amb ingest`); the file is not changed"),
+    checkpoint: Path | None = typer.Option(None, "--checkpoint", help="checkpoint folder (default: STORAGE_DIR/checkpoints/<time>)"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the killed run whose checkpoint folder this is"),
+    policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM for the memory agents), or auto: LM, then the deterministic policy when its answer is unusable (default)"),
+    remember: bool = typer.Option(False, "--remember", help="write the task's conclusion and trajectory to long-term memory"),
+    recall: bool | None = typer.Option(None, "--recall/--no-recall", help="show earlier tasks' items in <memory> (default: when a long-term store exists)"),
+    redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
+    namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
+    trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -66,15 +72,32 @@ def run(
     from amb_dspy.config import AmbConfig
 
     console = Console(stderr=True)
-    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops}.items() if v is not None}
+    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy,
+                                   "recall": recall, "namespace": namespace}.items() if v is not None}
+    overrides.update({k: True for k, v in {"remember": remember, "redact": redact}.items() if v})
+    bank = None
     try:
+        from amb_dspy.view.trace import TraceWriter, fan_out
+
+        trace_writer = TraceWriter(trace) if trace else None
         config = AmbConfig(**overrides)
+        if resume is None:
+            folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
+            config = config.model_copy(update={"checkpoint_dir": folder})
         from amb_dspy.bank import MemoryBank, read_context_file
+        from amb_dspy.storage import Hop, hop_summary
 
         context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
         with console.status("loading the memory bank...") as status:
 
             def show(event) -> None:
+                if event.phase == "notice":  # said once, whatever the display
+                    console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
+                    return
+                if event.phase == "checkpoint":
+                    console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
+                                  "this run if it stops)", highlight=False, soft_wrap=True)
+                    return
                 line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
                         f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
                         + (f" | {event.message[:60]}" if event.message else ""))
@@ -83,27 +106,118 @@ def run(
                 else:  # a log file or CI: one plain line per step
                     console.print(line, highlight=False, soft_wrap=True)
 
-            bank = MemoryBank(config, compiled=compiled, progress=show)
+            bank = MemoryBank(config, compiled=compiled, progress=fan_out(show, trace_writer))
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.run(task, context=context, images=list(image))
+            if resume is not None:
+                result = bank.resume(resume)
+            else:
+                result = bank.run(task or "", context=context, images=list(image), bank=bank_file)
+    except KeyboardInterrupt:
+        _fail(_interrupted(bank, export), code=130)
     except _expected_errors() as exc:
-        _fail(_one_line(exc))
+        _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if os.environ.get("AMB_DEBUG"):
             raise
-        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
-    if export:
-        bank.export(export)
-        console.print(f"bank exported to {export}")
-    for agent, usage in result.usage.items():
+        _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+    for agent in sorted({*result.usage, *result.fallbacks}):
+        usage = result.usage.get(agent, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
-                      f"completion {usage['completion_tokens']:>6}")
+                      f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
     console.print(f"termination: {result.termination}; loops {result.loops}; "
                   f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
+    tools = hop_summary([Hop.model_validate(hop) for hop in result.hops])
+    console.print(f"tools: searches {tools['searches']} (unique {tools['unique_searches']}), "
+                  f"repeats avoided {tools['repeats_avoided']}, visits {tools['visits']}, hops {tools['hops']}")
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
+    for notice in result.notices:
+        if notice.startswith("not remembered"):
+            console.print(f"[yellow]{notice}[/]", highlight=False)
+    for cited in result.citations:
+        console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
     typer.echo(result.answer or "(no answer)")
+    if export:
+        _export(bank, export)
+        console.print(f"bank exported to {export}")
+    if not result.answer:
+        _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
+
+
+@app.command()
+def ingest(
+    context_file: Path = typer.Option(..., "--context-file", help="the document or conversation to remember"),
+    export: Path = typer.Option(..., "--export", help="write the bank (JSON) here"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
+    policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
+) -> None:
+    """Turn a long text into a bank once (no planning, no executor); then ask it many questions with `amb run --bank`."""
+    from amb_dspy.config import AmbConfig
+
+    def call() -> None:
+        from amb_dspy.bank import MemoryBank, read_context_file
+
+        config = AmbConfig(**{k: v for k, v in {"lm": lm, "policy": policy}.items() if v})
+        bank = MemoryBank(config, compiled=compiled)
+        if bank.notice:
+            typer.echo(bank.notice, err=True)
+        result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
+        _export(bank, export)
+        calls = sum(u["calls"] for u in result.usage.values())
+        tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
+        for error in result.errors:
+            typer.echo(f"note: {error}", err=True)
+        fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
+        typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
+                   f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {export}")
+
+    _run_command(call)
+
+
+def _export(bank, path: Path) -> None:
+    """Write the bank, or fail in one line (the answer is already printed)."""
+    from amb_dspy.storage.bank_file import BankFileError
+
+    try:
+        bank.export(path)
+    except (OSError, BankFileError) as exc:
+        _fail(f"cannot export the bank to {path}: {one_line(exc)}")
+
+
+def _interrupted(bank, export: Path | None) -> str:
+    """What an interrupted run kept: the memory built so far, exported when --export was given."""
+    if bank is None or bank.memory is None:
+        return "interrupted before the run started: nothing was kept"
+    kept = f"interrupted: memory kept {len(bank.store.graph)} nodes and {len(bank.store.tree)} entries"
+    if export is None:
+        return kept + " (not written: no --export)"
+    _export(bank, export)
+    return f"{kept}, exported to {export}"
+
+
+@app.command("show")
+def show_bank(
+    bank: Path | None = typer.Argument(None, help="a bank file written by `amb run --export`"),
+    node: str | None = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
+    html: Path | None = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
+    remember: bool = typer.Option(False, "--remember", help="write the task's conclusion and trajectory to long-term memory"),
+    recall: bool | None = typer.Option(None, "--recall/--no-recall", help="show earlier tasks' items in <memory> (default: when a long-term store exists)"),
+    redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
+    namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
+    trace: Path | None = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
+) -> None:
+    """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
+    from rich.console import Console
+
+    from amb_dspy.storage.bank_file import BankFileError
+    from amb_dspy.view import ViewError, show
+
+    try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
+        show(Console(), bank=bank, node=node, html=html, trace=trace)
+    except (BankFileError, ViewError, OSError) as exc:
+        _fail(one_line(exc))
 
 
 def _run_command(call) -> None:
@@ -113,11 +227,11 @@ def _run_command(call) -> None:
     try:
         call()
     except (*_expected_errors(), *expected_errors()) as exc:
-        _fail(_one_line(exc))
+        _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if os.environ.get("AMB_DEBUG"):
             raise
-        _fail(f"{type(exc).__name__}: {_one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+        _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
 
 
 @app.command()
@@ -125,10 +239,10 @@ def optimize(
     agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, or all"),
     train: str = typer.Option("hotpotqa", "--train", help="hotpotqa (Hugging Face) or hotpotqa:PATH (official JSON/JSONL file)"),
     optimizer: str = typer.Option("bootstrap", "--optimizer", help="bootstrap (BootstrapFewShot), mipro (MIPROv2 light), gepa (GEPA light)"),
-    n: Optional[int] = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
+    n: int | None = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
     out: Path = typer.Option(Path("compiled"), "--out", help="directory for <agent>.json and manifest.json"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
-    teacher_lm: Optional[str] = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    teacher_lm: str | None = typer.Option(None, "--teacher-lm", help="LM for bootstrap traces, proposed instructions and GEPA reflection (default: --lm)"),
 ) -> None:
     """Compile an agent's prompts on HotpotQA, score them before and after on held-out questions, and save them."""
     from amb_dspy.config import AmbConfig
@@ -142,10 +256,10 @@ def optimize(
 def evaluate(
     dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split) or hotpotqa:PATH"),
     n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
-    compiled: Optional[Path] = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
+    compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
     mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
     corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
-    lm: Optional[str] = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
+    lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
 ) -> None:
     """Answer HotpotQA questions and print per-question and mean EM, F1, LM calls, tokens and seconds; the last line is JSON."""
     from amb_dspy.config import AmbConfig
@@ -171,13 +285,13 @@ def _memory(command: str, **arguments) -> None:
     try:
         lines = getattr(commands, command)(AmbConfig(), **arguments)
     except (LongTermError, *_expected_errors()) as exc:
-        _fail(_one_line(exc))
+        _fail(one_line(exc))
     for line in lines:
         typer.echo(line)
 
 
 @memory_app.command("list")
-def memory_list(namespace: str = _NAMESPACE, kind: Optional[str] = _KIND,
+def memory_list(namespace: str = _NAMESPACE, kind: str | None = _KIND,
                 limit: int = typer.Option(50, "--limit", min=1, help="items to show")) -> None:
     """List a namespace's items, most recently updated first."""
     _memory("list_items", namespace=namespace, kind=kind, limit=limit)
@@ -185,7 +299,7 @@ def memory_list(namespace: str = _NAMESPACE, kind: Optional[str] = _KIND,
 
 @memory_app.command("search")
 def memory_search(query: str = typer.Argument(..., help="what to look for"), namespace: str = _NAMESPACE,
-                  kind: Optional[str] = _KIND, k: int = typer.Option(5, "--k", min=1, help="results")) -> None:
+                  kind: str | None = _KIND, k: int = typer.Option(5, "--k", min=1, help="results")) -> None:
     """Find the items that best match a query, with their scores."""
     _memory("search_items", namespace=namespace, query=query, k=k, kind=kind)
 
@@ -205,14 +319,14 @@ def memory_delete(item_id: str = typer.Argument(..., help="the item's id"), name
 
 @memory_app.command("prune")
 def memory_prune(older_than: float = typer.Option(..., "--older-than", min=0, help="days since the last update"),
-                 namespace: str = _NAMESPACE, kind: Optional[str] = _KIND) -> None:
+                 namespace: str = _NAMESPACE, kind: str | None = _KIND) -> None:
     """Delete the items not updated for a number of days (one audit row each)."""
     _memory("prune_items", namespace=namespace, older_than_days=older_than, kind=kind)
 
 
 @memory_app.command("export")
 def memory_export(namespace: str = _NAMESPACE,
-                  out: Optional[Path] = typer.Option(None, "--out", help="write the JSON here instead of printing it")) -> None:
+                  out: Path | None = typer.Option(None, "--out", help="write the JSON here instead of printing it")) -> None:
     """Export a namespace's items and audit rows as one JSON object."""
     _memory("export_items", namespace=namespace, out=out)
 

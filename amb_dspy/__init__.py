@@ -14,9 +14,13 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def __getattr__(name: str):
-    # amb_dspy.load_agents without importing DSPy at `import amb_dspy` (see amb_dspy.compiled).
+    # amb_dspy.load_agents and amb_dspy.MemoryBankQA without importing DSPy at `import amb_dspy` (see amb_dspy.compiled).
     if name == "load_agents":
         from amb_dspy.compiled import load_agents
 
         return load_agents
+    if name == "MemoryBankQA":  # the bank as a DSPy module (see amb_dspy.program)
+        from amb_dspy.program import MemoryBankQA
+
+        return MemoryBankQA
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -10,8 +10,10 @@ A compiled-programs directory holds
 
 Agents compiled at different times can share a directory: saving one agent updates its own entry and
 keeps the others. Loading checks everything before it changes anything: the manifest's schema version,
-that every agent is one this version knows with the predictors it has now, and that every file is there
-and loads; any problem is a :class:`CompiledError` with a one-line message.
+that every agent is one this version knows with the predictors it has now, that every file is there,
+inside the directory, and holds only what DSPy writes for these predictors (no ``lm``, no other
+attribute; see :mod:`amb_dspy.compiled_state`); any problem is a :class:`CompiledError` with a
+one-line message.
 
 Pickles (``<agent>.pkl`` state, or a directory saved with ``save_program=True``) can run arbitrary code
 when read. They are never written here, and read only when the caller passes ``allow_pickle=True``.
@@ -26,7 +28,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
+from amb_dspy.compiled_state import checked_state
+from amb_dspy.errors import one_line
 
 if TYPE_CHECKING:
     import dspy
@@ -35,6 +40,7 @@ if TYPE_CHECKING:
 
 SCHEMA_VERSION = 1
 MANIFEST_FILE = "manifest.json"
+MAX_STATE_BYTES = 20_000_000  # a state file is instructions and a few demos; far less than this
 
 
 class CompiledError(Exception):
@@ -56,6 +62,13 @@ class AgentRecord(BaseModel):
     score_before: float | None = None
     score_after: float | None = None
     compiled_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    @field_validator("file")
+    @classmethod
+    def _a_name_in_the_directory(cls, value: str) -> str:
+        if value in ("", ".", "..") or Path(value).name != value or "\\" in value:
+            raise ValueError(f"{value[:100]!r} is not a file name inside the directory")
+        return value
 
 
 class Manifest(BaseModel):
@@ -89,7 +102,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CompiledError(f"{path}: unreadable ({_one_line(exc)})") from None
+        raise CompiledError(f"{path}: unreadable ({one_line(exc, 200)})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
     if version != SCHEMA_VERSION:
         raise CompiledError(
@@ -128,11 +141,11 @@ def apply_compiled(
     for name, record in manifest.agents.items():
         module = agents[name]
         _check_predictors(directory, name, record, module)
-        path = directory / record.file
+        path = _inside(directory, record.file)
         loaded[name] = _load_one(path, name, module.deepcopy(), allow_pickle)  # trial run on a copy
     result = dict(agents)
     for name, record in manifest.agents.items():
-        path = directory / record.file
+        path = _inside(directory, record.file)
         result[name] = loaded[name] if _is_program_dir(path) else _load_one(path, name, agents[name], allow_pickle)
     return result
 
@@ -157,6 +170,14 @@ def _check_predictors(directory: Path, name: str, record: AgentRecord, module: d
         )
 
 
+def _inside(directory: Path, file: str) -> Path:
+    """``directory / file``, refused if it leads outside ``directory`` (a symlink pointing out)."""
+    path = directory / file
+    if not path.resolve().is_relative_to(directory.resolve()):
+        raise CompiledError(f"{path}: leads outside {directory}; compiled state is read only from inside it")
+    return path
+
+
 def _is_program_dir(path: Path) -> bool:
     return path.is_dir() and (path / "program.pkl").is_file()
 
@@ -174,7 +195,7 @@ def _load_one(path: Path, name: str, module: dspy.Module, allow_pickle: bool) ->
         try:
             program = dspy.load(str(path), allow_pickle=True)
         except Exception as exc:  # noqa: BLE001 -- unpickling fails in too many ways to list
-            raise CompiledError(f"{path}: cannot load ({_one_line(exc)})") from None
+            raise CompiledError(f"{path}: cannot load ({one_line(exc, 200)})") from None
         if not isinstance(program, type(module)):
             raise CompiledError(f"{path}: holds a {type(program).__name__}, not a {type(module).__name__}")
         return program
@@ -184,11 +205,31 @@ def _load_one(path: Path, name: str, module: dspy.Module, allow_pickle: bool) ->
         raise CompiledError(refuse)
     if path.suffix not in (".json", ".pkl"):
         raise CompiledError(f"{path}: not a .json state file")
+    if path.suffix == ".pkl":
+        try:
+            module.load(str(path), allow_pickle=True)
+        except Exception as exc:  # noqa: BLE001 -- unpickling fails in too many ways to list
+            raise CompiledError(f"{path}: does not fit the {name} agent ({one_line(exc, 200)}); recompile it") from None
+        return module
     try:
-        module.load(str(path), allow_pickle=allow_pickle)
-    except Exception as exc:  # noqa: BLE001 -- orjson, KeyError on a foreign layout, pydantic, unpickling
-        raise CompiledError(f"{path}: does not fit the {name} agent ({_one_line(exc)}); recompile it") from None
+        state = checked_state(_read_state(path), module)
+        module.load_state(state)
+    except Exception as exc:  # noqa: BLE001 -- checked_state's one-line reasons, or DSPy refusing the state
+        raise CompiledError(f"{path}: does not fit the {name} agent ({one_line(exc, 200)}); recompile it") from None
     return module
+
+
+def _read_state(path: Path) -> object:
+    """The parsed JSON of a state file; ValueError (one line) if it is too big or not JSON."""
+    size = path.stat().st_size
+    if size > MAX_STATE_BYTES:
+        raise ValueError(f"{size} bytes, over the {MAX_STATE_BYTES}-byte limit for a state file")
+    try:
+        return json.loads(path.read_bytes())
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"not JSON: {one_line(exc, 200)}") from None
 
 
 # --- writing ---------------------------------------------------------------------------------------
@@ -239,11 +280,6 @@ def save_agents(directory: str | Path, modules: dict[str, dspy.Module], records:
 def save_agent(directory: str | Path, name: str, module: dspy.Module, record: AgentRecord | None = None) -> Path:
     """Write one agent's state as ``<name>.json`` and its manifest entry (see :func:`save_agents`)."""
     return save_agents(directory, {name: module}, {name: record} if record else None)
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:200]
 
 
 __all__ = [

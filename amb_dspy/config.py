@@ -7,6 +7,7 @@ unprefixed names are honoured too where users already have them set: ``LLM_API_K
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -17,6 +18,11 @@ AgentName = Literal["classification", "structure", "analysis", "integration", "p
 AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning")
 
 DEFAULT_LM = "deepseek/deepseek-chat"
+
+
+def _user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME``, else ``~/.cache``: shared by runs from any working directory."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
 
 
 class AmbConfig(BaseSettings):
@@ -30,18 +36,31 @@ class AmbConfig(BaseSettings):
     temperature: float = 0.6
     max_tokens: int = 4096
 
+    lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
+                                   "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
+    policy: Literal["lm", "heuristic", "auto"] = Field(
+        "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
+                            "the policy when the LM's output is unusable")
+
     # --- retrieval ---------------------------------------------------------------------------
     retrieval_k: int = Field(5, ge=1)
     retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)
-    embedding_batch_size: int = Field(64, ge=1)
+    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
+    embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
+        "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
 
     # --- tools -------------------------------------------------------------------------------
     serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
     jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
+    tool_cache: bool = Field(True, description="answer a repeated search or visit of the task from memory (AMB_TOOL_CACHE=0: off)")
     search_k: int = Field(10, ge=1, description="results per search (at most 3 on the embedded model)")
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
     http_timeout_s: float = 20.0
     visit_max_chars: int = Field(200_000, description="cap on the text a visited page may contribute")
+    allow_private_urls: bool = Field(False, description="let visit fetch loopback, private, link-local and other "
+                                                        "non-public addresses (AMB_ALLOW_PRIVATE_URLS=1)")
+    max_observation_chars: int = Field(20_000, ge=200, description="cap on one tool response as the executor's LM "
+                                                                   "sees it; memory records the whole response")
 
     # --- executor ----------------------------------------------------------------------------
     react_max_iters: int = Field(6, ge=1)
@@ -66,10 +85,18 @@ class AmbConfig(BaseSettings):
     # --- long-term memory across tasks (amb_dspy.longterm) ------------------------------------
     longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir) or chroma")
     longterm_url: str = Field("", description="a Chroma server, http://host:port; empty: embedded under storage_dir")
+    remember: bool = Field(False, description="write the task's conclusion and trajectory to long-term memory")
+    recall: bool | None = Field(None, description="show earlier tasks' items in <memory> (None: when a store exists)")
+    redact: bool = Field(False, description="remove e-mails, phone numbers and secrets before remembering")
+    namespace: str = Field("default", description="the long-term memory namespace (a user, an agent, a task type)")
 
     # --- paths -------------------------------------------------------------------------------
     storage_dir: Path = Path("data/storage")
+    checkpoint_dir: Path | None = Field(None, description="write a checkpoint here after every loop (amb run --resume)")
     temp_dir: Path = Path("data/temp")
+    cache_dir: Path = Field(default_factory=lambda: _user_cache_dir() / "amb-dspy",
+                            description="the exported ONNX embedding model and corpus indexes (AMB_CACHE_DIR)")
+    corpus_cache: bool = Field(True, description="keep a local corpus's passages and vectors under cache_dir")
 
     @field_validator("agent_lms")
     @classmethod

@@ -1,16 +1,21 @@
 """The executor: ``dspy.ReAct`` from the adapter's enhanced prompt to an answer, with the bank's tools.
 
-The bank reads back what the executor did from the ReAct trajectory (:class:`ToolCall` records),
-so tool responses can become memory without the tools knowing about the bank.
+The executor records every tool call as it returns (:class:`ToolCall`), so tool responses can become
+memory without the tools knowing about the bank, even when the execution fails after them. A record holds a
+response's whole text, also where the LM was shown it cut (:mod:`amb_dspy.tools.observation`).
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import dspy
+
+from amb_dspy.tools.observation import full_text
 
 # Tools whose responses are not new knowledge: reading memory back, and ReAct's own finish call.
 NOT_KNOWLEDGE = frozenset({"deep_retrieval", "finish"})
@@ -23,7 +28,8 @@ class ExecuteTask(dspy.Signature):
     pending task) and a <memory> section (compressed notes retrieved for the pending task, each with
     a node id). Do the pending task, or answer the goal when nothing is pending. Use `search` to
     find sources, `visit` to read one with a goal in mind, and `deep_retrieval` with a memory node id
-    when a note's summary is not detailed enough. Base the answer on evidence; give it concisely.
+    when a note's summary is not detailed enough. Base the answer on evidence; give it concisely, and
+    cite the memory notes it rests on as [node ID] after the claim.
     """
 
     enhanced_prompt: str = dspy.InputField(desc="the <task> and <memory> sections written by the memory adapter")
@@ -41,11 +47,21 @@ class ExecuteTaskWithImages(ExecuteTask):
     images: list[dspy.Image] = dspy.InputField(desc="the images the user attached to the task")
 
 
+class AnswerFromMemory(dspy.Signature):
+    """Answer the task goal from the memory notes alone. Reply with the answer only: a short span from
+    the notes (a name, a date, a number, a place), or yes/no for a yes/no question."""
+
+    task_goal: str = dspy.InputField()
+    memory: str = dspy.InputField(desc="notes retrieved from memory for the goal")
+    answer: str = dspy.OutputField(desc="the short answer")
+
+
 @dataclass(frozen=True)
 class ToolCall:
     name: str
     args: dict[str, Any]
     observation: str
+    cached: bool = False  # answered from memory: a repeat of an earlier call of this task
 
     @property
     def is_error(self) -> bool:
@@ -60,7 +76,7 @@ class ExecutionResult:
     @property
     def knowledge(self) -> list[ToolCall]:
         """Successful tool responses that carry new information (what memory conversion stores)."""
-        return [c for c in self.tool_calls if c.name not in NOT_KNOWLEDGE and not c.is_error]
+        return [c for c in self.tool_calls if c.name not in NOT_KNOWLEDGE and not c.is_error and not c.cached]
 
     def report(self, limit: int = 1500) -> str:
         """A short account of the execution for the planning agent."""
@@ -72,31 +88,61 @@ class ExecutionResult:
         return "\n".join(lines)[:limit]
 
 
-def tool_calls_from(trajectory: dict[str, Any]) -> list[ToolCall]:
-    calls, i = [], 0
-    while f"tool_name_{i}" in trajectory:
-        args = trajectory.get(f"tool_args_{i}") or {}
-        calls.append(ToolCall(
-            name=str(trajectory[f"tool_name_{i}"]),
-            args=args if isinstance(args, dict) else {"value": args},
-            observation=str(trajectory.get(f"observation_{i}", "")),
-        ))
-        i += 1
-    return calls
+def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
+    """``tool``, recording each call and its whole response in ``calls`` the moment it returns."""
+    func = tool.func
+
+    def call(**kwargs: Any) -> Any:
+        observation = func(**kwargs)
+        calls.append(ToolCall(name=tool.name, args=dict(kwargs), observation=full_text(observation),
+                              cached=bool(getattr(observation, "cached", False))))
+        return observation
+
+    tool.func = call
+    return tool
+
+
+_CITATION = re.compile(r"\s*\[node[:\s]+([0-9a-f]{6,32})\]", re.IGNORECASE)
+
+
+def citations(result: ExecutionResult, known_ids: Collection[str]) -> tuple[str, list[str]]:
+    """The answer without its ``[node ID]`` markers, and the ids of the known nodes it rests on: those
+    it cites (a unique prefix of six or more characters is enough) and those read with deep_retrieval."""
+    cited: list[str] = []
+
+    def resolve(fragment: str) -> str | None:
+        matches = [node_id for node_id in known_ids if node_id.startswith(fragment.lower())]
+        return matches[0] if len(matches) == 1 else None
+
+    for match in _CITATION.finditer(result.answer):
+        node_id = resolve(match.group(1))
+        if node_id and node_id not in cited:
+            cited.append(node_id)
+    for call in result.tool_calls:
+        node_id = resolve(str(call.args.get("node_id", ""))) if call.name == "deep_retrieval" and not call.is_error else None
+        if node_id and node_id not in cited:
+            cited.append(node_id)
+    return _CITATION.sub("", result.answer).strip(), cited
 
 
 class Executor(dspy.Module):
-    """ReAct over the enhanced prompt. Predictors: ``react`` (text tasks) and ``react_images``."""
+    """ReAct over the enhanced prompt. Predictors: ``react`` (text tasks) and ``react_images``.
+
+    Every tool call is recorded as it returns (``calls``, the current execution's, oldest first), so
+    what the tools found survives an execution that fails or is stopped after them.
+    """
 
     def __init__(self, tools: list[dspy.Tool], max_iters: int = 6):
         super().__init__()
-        self.tools = list(tools)
-        self.react = dspy.ReAct(ExecuteTask, tools=tools, max_iters=max_iters)
-        self.react_images = dspy.ReAct(ExecuteTaskWithImages, tools=tools, max_iters=max_iters)
+        self.calls: list[ToolCall] = []
+        self.tools = [_recorded(tool, self.calls) for tool in tools]
+        self.react = dspy.ReAct(ExecuteTask, tools=self.tools, max_iters=max_iters)
+        self.react_images = dspy.ReAct(ExecuteTaskWithImages, tools=self.tools, max_iters=max_iters)
 
     def forward(self, enhanced_prompt: str, images: list[dspy.Image] | None = None) -> ExecutionResult:
+        self.calls.clear()
         if images:
             prediction = self.react_images(enhanced_prompt=enhanced_prompt, images=images)
         else:
             prediction = self.react(enhanced_prompt=enhanced_prompt)
-        return ExecutionResult(answer=str(prediction.answer or "").strip(), tool_calls=tool_calls_from(prediction.trajectory))
+        return ExecutionResult(answer=str(prediction.answer or "").strip(), tool_calls=list(self.calls))

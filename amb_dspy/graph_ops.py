@@ -8,34 +8,30 @@ in reverse order, so the four structures change together or not at all.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
-from amb_dspy.storage.bank_file import dump_bank, load_bank
+from amb_dspy.storage.bank_file import (
+    LoadedBank,
+    bank_from_payload,
+    bank_payload,
+    check_sources,
+    dump_bank,
+    load_bank,
+)
 from amb_dspy.storage.clock import now
+from amb_dspy.storage.content import ContextUpdate, NodeContent
+from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
-from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
+from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, Source, Span, merge_sources, node_text
 
-
-@dataclass(frozen=True)
-class NodeDraft:
-    """What an agent decides a node says; ids, timestamps and embeddings are the store's business."""
-
-    summary: str
-    context: str
-    keywords: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class ContextUpdate:
-    context: str
-    keywords: list[str]
+# The name this module's callers knew a node's content by before it moved to storage.
+NodeDraft = NodeContent
 
 
 class MemoryStore:
@@ -47,6 +43,7 @@ class MemoryStore:
         self.graph = QueryGraph()
         self.tree = InteractionTree()
         self.index = HybridIndex(embedder.dim)
+        self.hops: list[Hop] = []  # the task's executed subtasks (amb_dspy.storage.hops)
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
 
@@ -60,7 +57,8 @@ class MemoryStore:
         self._undo = []
         self._order_saved = False
         try:
-            yield
+            with self.tree.atomic():  # the tree takes back its own appends
+                yield
         except BaseException:
             for undo in reversed(self._undo):
                 undo()
@@ -80,7 +78,7 @@ class MemoryStore:
     # --- primitive steps (each registers its inverse) -----------------------------------------
     def _insert(self, node: QueryGraphNode) -> None:
         self.graph.add_node(node)
-        self._did(lambda: self.graph.nodes_dict.pop(node.id, None))
+        self._did(lambda: self.graph.delete_node(node.id))
         self.index.add(node.id, node.embedding_text, node.embedding)
         self._did(lambda: self.index.remove(node.id))
 
@@ -97,23 +95,23 @@ class MemoryStore:
         # The undo puts each id back where it was, so a rolled-back node compares equal to before.
         i, j = node_a.links.index(b), node_b.links.index(a)
         self.graph.remove_edge(a, b)
-        self._did(lambda: (node_a.links.insert(i, b), node_b.links.insert(j, a)))
+        self._did(lambda: self.graph.restore_edge(a, b, i, j))
 
-    def _restore_order(self, order: list[str]) -> None:
-        nodes = self.graph.nodes_dict
-        items = [(node_id, nodes[node_id]) for node_id in order if node_id in nodes]
-        nodes.clear()
-        nodes.update(items)
+    def _add_source(self, node_id: str, source: Source) -> None:
+        node = self.graph.node(node_id)
+        before = list(node.sources)
+        node.sources = merge_sources(before, [source])
+        self._did(lambda: setattr(node, "sources", before))
 
     def _remove(self, node_id: str) -> None:
         for other in list(self.graph.node(node_id).links):
             self._unlink(node_id, other)
         if not self._order_saved:  # re-added nodes must also get their old place in the graph's order
-            order = list(self.graph.nodes_dict)
-            self._did(lambda: self._restore_order(order))
+            order = self.graph.order()
+            self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
-        node = self.graph.nodes_dict.pop(node_id)
-        self._did(lambda: self.graph.nodes_dict.__setitem__(node_id, node))
+        node = self.graph.delete_node(node_id)
+        self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
         self._did(lambda: self.index.add(node.id, node.embedding_text, node.embedding))
 
@@ -129,12 +127,8 @@ class MemoryStore:
         self._did(restore)
         self.index.update(node.id, node.embedding_text, vector)
 
-    def _snapshot_tree_index(self) -> None:
-        saved = self.tree._snapshot_index()
-        self._did(lambda: self.tree._restore_index(*saved))
-
     # --- public operations -------------------------------------------------------------------
-    def add_nodes(self, drafts: list[NodeDraft]) -> list[QueryGraphNode]:
+    def add_nodes(self, drafts: list[NodeContent]) -> list[QueryGraphNode]:
         """Create nodes from drafts (embedded in one batch) and index them."""
         vectors = self._embed([node_text(d.summary, d.context, d.keywords) for d in drafts]) if drafts else []
         nodes = [
@@ -149,7 +143,7 @@ class MemoryStore:
                 self._insert(node)
         return nodes
 
-    def add_node(self, draft: NodeDraft) -> QueryGraphNode:
+    def add_node(self, draft: NodeContent) -> QueryGraphNode:
         return self.add_nodes([draft])[0]
 
     def delete_node(self, node_id: str) -> None:
@@ -157,7 +151,6 @@ class MemoryStore:
         with self.transaction():
             self.graph.node(node_id)
             self._remove(node_id)
-            self._snapshot_tree_index()
             self.tree.unlink_node(node_id)
 
     def add_edge(self, a: str, b: str) -> bool:
@@ -196,16 +189,21 @@ class MemoryStore:
             for (nid, update), vector in zip(updates.items(), vectors):
                 self._set_context(nid, update, vector)
 
-    def record_entry(self, entry: InteractionEntry, node_ids: Iterable[str] = ()) -> InteractionEntry:
-        """Append an interaction entry and attach it to nodes (which must exist)."""
+    def record_entry(self, entry: InteractionEntry, node_ids: Iterable[str] = (),
+                     spans: Mapping[str, Iterable[Span]] | None = None) -> InteractionEntry:
+        """Append an interaction entry and attach it to nodes (which must exist). Each node records the
+        entry as a source: the character spans of its text given in ``spans`` (the whole text otherwise)."""
         node_ids = list(node_ids)
+        spans = spans or {}
         for node_id in node_ids:
             self.graph.node(node_id)
         with self.transaction():
             self.tree.add_entry(entry)
-            self._did(lambda: self.tree._undo_add_entry(entry.entry_id))
             for node_id in node_ids:
                 self.tree.link(node_id, entry.entry_id)
+                own = tuple(spans.get(node_id) or ([(0, len(entry.text))] if entry.text else []))
+                if own:
+                    self._add_source(node_id, Source(entry_id=entry.entry_id, spans=own))
         return entry
 
     def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:
@@ -214,14 +212,13 @@ class MemoryStore:
         for node_id in node_ids:
             self.graph.node(node_id)
         with self.transaction():
-            self._snapshot_tree_index()
             for node_id in node_ids:
                 self.tree.link(node_id, entry_id)
 
     def merge_nodes(
         self,
         old_ids: Collection[str],
-        draft: NodeDraft,
+        draft: NodeContent,
         description: str = "",
         neighbour_updates: dict[str, ContextUpdate] | None = None,
     ) -> tuple[QueryGraphNode, MergeEvent]:
@@ -241,7 +238,7 @@ class MemoryStore:
         vectors = self._embed([node_text(draft.summary, draft.context, draft.keywords), *self._updated_texts(updates)])
         new = QueryGraphNode(
             id=uuid.uuid4().hex, summary=draft.summary, context=draft.context, keywords=list(draft.keywords),
-            embedding=vectors[0], timestamp=now(),
+            embedding=vectors[0], timestamp=now(), sources=merge_sources(*(old.sources for old in olds)),
         )
         event = MergeEvent(merged_node_ids=tuple(old_ids), new_node_id=new.id, description=description)
         with self.transaction():
@@ -252,9 +249,13 @@ class MemoryStore:
                 self._remove(old_id)
             for neighbour, vector in zip(updates, vectors[1:]):
                 self._set_context(neighbour, updates[neighbour], vector)
-            self._snapshot_tree_index()
             self.tree.relink_merged(event)
         return new, event
+
+    def record_hop(self, hop: Hop) -> None:
+        self.hops.append(hop)
+        if self._undo is not None:
+            self._did(self.hops.pop)
 
     def set_insight_doc(self, doc: InsightDoc) -> None:
         self.insight_doc = doc
@@ -262,23 +263,65 @@ class MemoryStore:
     # --- export / import ---------------------------------------------------------------------
     def export(self, path) -> None:
         """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`)."""
-        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim)
+        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                  self.hops)
 
     @classmethod
-    def load(cls, path, embedder: Embedder) -> "MemoryStore":
-        """A new store from a bank file; raises BankFileError and builds nothing if the file is bad."""
-        insight_doc, graph, tree = load_bank(path, embedder.dim)
-        store = cls(embedder, insight_doc)
-        store.graph, store.tree = graph, tree
-        for node in graph.nodes_dict.values():
+    def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> MemoryStore:
+        """A new store from a bank file; raises BankFileError and builds nothing if the file is bad.
+
+        Stored embeddings are used as they are when the file names the embedder's model; a file made
+        with another model (or not naming one) is embedded again, with a line added to ``notices``.
+        """
+        return cls.from_loaded(load_bank(path, embedder.dim), embedder, path, notices)
+
+    def payload(self) -> dict:
+        """The bank as the JSON object a bank file holds (:meth:`from_payload` reads it back)."""
+        return bank_payload(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                            self.hops)
+
+    @classmethod
+    def from_payload(cls, raw, embedder: Embedder, where, notices: list[str] | None = None) -> MemoryStore:
+        return cls.from_loaded(bank_from_payload(raw, embedder.dim, where), embedder, where, notices)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> MemoryStore:
+        store = cls(embedder, loaded.insight_doc)
+        store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
+        nodes = list(loaded.graph.nodes_dict.values())
+        model = embedding_model_name(embedder)
+        if nodes and loaded.embedding_model != model:
+            vectors = store._embed([node.embedding_text for node in nodes])
+            for node, vector in zip(nodes, vectors):
+                node.embedding = vector
+            if notices is not None:
+                notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
+                               f"{len(nodes)} nodes embedded again with {model}")
+        for node in nodes:
             store.index.add(node.id, node.embedding_text, node.embedding)
         return store
 
-    def same_content(self, other: "MemoryStore") -> bool:
+    def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:
+        """A deep copy of the graph and the tree (with their indexes) under a new Insight Doc: what a new
+        task starts from when it reuses a bank; this store is left as it is."""
+        other = type(self)(self.embedder, insight_doc)
+        other.graph = self.graph.model_copy(deep=True)
+        other.tree = InteractionTree.from_dict(self.tree.to_dict())
+        for node in other.graph.nodes_dict.values():
+            other.index.add(node.id, node.embedding_text, node.embedding)
+        return other
+
+    def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict
                 and self.tree == other.tree)
 
     # --- reads -------------------------------------------------------------------------------
+    def source_texts(self, node_id: str) -> list[tuple[str, int, int, str]]:
+        """``(entry id, start, end, text)`` of each source span of a node, in its entries' order."""
+        node = self.graph.node(node_id)
+        return [(source.entry_id, start, end, self.tree.entries[source.entry_id].text[start:end])
+                for source in node.sources for start, end in source.spans]
+
     def retrieve(
         self,
         query_vector: np.ndarray,
@@ -303,9 +346,15 @@ class MemoryStore:
             raise GraphError("the retrieval index and the graph hold different node ids")
         if len(self.index.keyword) != len(self.graph) or len(self.index.vector) != len(self.graph):
             raise GraphError("the keyword or vector index size differs from the graph")
+        check_sources(self.graph, self.tree)
         for node_id, entry_ids in self.tree.node_to_entries.items():
             if node_id not in self.graph:
                 raise GraphError(f"entries are linked to node {node_id!r}, which is not in the graph")
             for entry_id in entry_ids:
                 if entry_id not in self.tree.entries:
                     raise GraphError(f"node {node_id!r} links to missing entry {entry_id!r}")
+
+
+def embedding_model_name(embedder: Embedder) -> str:
+    """The name a bank file records for the model its vectors came from."""
+    return str(getattr(embedder, "model_name", None) or type(embedder).__name__)

@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amb_dspy.graph_ops import MemoryStore, NodeDraft  # noqa: E402
+from amb_dspy.graph_ops import MemoryStore, NodeContent  # noqa: E402
 from amb_dspy.retrieval.keyword import tokenize  # noqa: E402
 from amb_dspy.storage.query_graph import node_text  # noqa: E402
 
@@ -138,7 +138,7 @@ def main() -> None:
     # --- insert ----------------------------------------------------------------------------
     store = MemoryStore(embedder)
     t0 = time.perf_counter()
-    nodes = [store.add_node(NodeDraft(summary=text, context="")) for text in texts]
+    nodes = [store.add_node(NodeContent(summary=text, context="")) for text in texts]
     insert_s = time.perf_counter() - t0
     ids = [node.id for node in nodes]
     for a, b in rng.integers(0, n, size=(n, 2)):  # about two neighbours per node

@@ -30,7 +30,11 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
+from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
+from amb_dspy.errors import one_line
+from amb_dspy.lm import UsageMeter, adapter_for
+from amb_dspy.tools import SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 from optimize.hotpotqa import HotpotQAItem, load_hotpotqa
 from optimize.metrics import answer_exact_match, answer_f1
 
@@ -105,23 +109,15 @@ def write_corpus(items: list[HotpotQAItem], directory: Path) -> Path:
     return path
 
 
-def _detach(meter: Any, lms: list[Any]) -> None:
-    for lm in lms:
-        lm.callbacks[:] = [c for c in lm.callbacks if c is not meter]
-
-
 class _Solver:
     """Answers one question in a given mode; holds what all questions share (LM, tools, compiled path)."""
 
     def __init__(self, mode: str, *, lm: Any, config: AmbConfig, compiled: str | Path | None, corpus: Any, embedder: Any):
         self.mode, self.lm, self.config, self.compiled, self.corpus, self.embedder = mode, lm, config, compiled, corpus, embedder
         if mode == "react":
-            from amb_dspy.tools import build_tools
-            from amb_dspy.tools.search import SearchTool, make_search_backend
-            from amb_dspy.tools.visit import VisitTool
-
-            backend = corpus if corpus is not None else make_search_backend(config, embedder)
-            tools = build_tools(search=SearchTool(backend), visit=VisitTool(config, corpus=corpus))
+            if corpus is None:
+                corpus = load_corpus(config, embedder)
+            tools = build_tools(search=SearchTool(make_search_backend(config, corpus)), visit=VisitTool(config, corpus=corpus))
             signature = ResearchQuestion if corpus is not None else ResearchQuestionWithContext
             self.react = dspy.ReAct(signature, tools=tools, max_iters=config.react_max_iters)
         elif mode == "context":
@@ -130,18 +126,11 @@ class _Solver:
     def __call__(self, item: HotpotQAItem) -> str:
         context = item.context_text()
         if self.mode == "bank":
-            from amb_dspy.bank import MemoryBank
-
             bank = MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder, corpus=self.corpus)
-            try:
-                result = bank.run(task=item.question, context="" if self.corpus is not None else context)
-            finally:
-                _detach(bank.meter, bank.lms.all())  # the LM outlives this bank; its meter must not
+            result = bank.run(task=item.question, context="" if self.corpus is not None else context)
             if not result.answer and result.errors:
                 raise RuntimeError(result.errors[-1])
             return result.answer
-        from amb_dspy.lm import adapter_for
-
         with dspy.context(lm=self.lm, adapter=adapter_for(self.lm)):
             if self.mode == "react":
                 inputs = {"question": item.question} if self.corpus is not None else {"question": item.question, "context": context}
@@ -164,8 +153,6 @@ def run_eval(
 ) -> EvalReport:
     """Answer the first ``n`` questions of ``dataset`` (``hotpotqa`` = the Hugging Face validation split, or
     ``hotpotqa:PATH``) in ``mode`` and score them; ``on_result`` sees each question as it is done."""
-    from amb_dspy.lm import UsageMeter
-
     if getattr(lm, "cache", False):
         lm = lm.copy(cache=False)  # cached replies would report no tokens and no time: measure real work
     if mode not in MODES:
@@ -195,17 +182,16 @@ def run_eval(
 
         results = []
         for item in items:
-            meter = UsageMeter()  # the main LM's calls; per-agent LMs (config.agent_lms) are not counted
-            meter.attach(solve.lm)
+            meter = UsageMeter()  # every LM called for this question, per-agent LMs (config.agent_lms) included
             started = time.monotonic()
             error = None
             try:
-                prediction = solve(item)
+                with meter.counting():
+                    prediction = solve(item)
             except Exception as exc:  # noqa: BLE001 - one failed question scores 0; the evaluation goes on
-                prediction, error = "", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+                prediction, error = "", f"{type(exc).__name__}: {one_line(exc, 200)}"
             finally:
                 seconds = time.monotonic() - started
-                _detach(meter, [solve.lm])
             usage = meter.total()
             result = QuestionResult(
                 id=item.id, question=item.question, gold=item.answer, prediction=prediction,

@@ -24,6 +24,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from amb_dspy.errors import one_line
+
 OFFICIAL_URL = "http://curtis.ml.cmu.edu/datasets/hotpot/"
 HF_NAME = "hotpotqa/hotpot_qa"
 HF_CONFIG = "distractor"
@@ -189,6 +191,5 @@ def _read_hugging_face(split: str, n: int | None) -> list[HotpotQAItem]:
     try:
         rows = load_dataset(HF_NAME, HF_CONFIG, split=hf_split)
     except Exception as exc:  # noqa: BLE001 -- network, hub and cache errors all mean "cannot get it here"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DatasetError(f"hotpotqa from Hugging Face is not reachable ({reason[:160]}); {HOW_TO_GET}") from None
+        raise DatasetError(f"hotpotqa from Hugging Face is not reachable ({one_line(exc, 160)}); {HOW_TO_GET}") from None
     return [HotpotQAItem.model_validate(row) for row in rows]

@@ -4,7 +4,7 @@
 side's examples (:mod:`optimize.trainsets`), scores the program on dev with ``dspy.Evaluate``, compiles
 it with one of DSPy's optimizers, scores it again, and saves the compiled agents with their manifest
 (:mod:`amb_dspy.compiled`). The program is the agent itself for classification, structure, analysis and
-integration; for planning and "all" it is the whole bank (:class:`~optimize.bank_program.BankQA`) with
+integration; for planning and "all" it is the whole bank (:class:`~amb_dspy.program.MemoryBankQA`) with
 only the compiled agents' predictors exposed.
 
 Optimizers (DSPy's own):
@@ -32,8 +32,12 @@ from typing import Any
 import dspy
 from pydantic import BaseModel
 
+from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
 from amb_dspy.config import AGENT_NAMES, AmbConfig
+from amb_dspy.lm import adapter_for
+from amb_dspy.program import MemoryBankQA
+from amb_dspy.retrieval.embedding import default_embedder
 from optimize.hotpotqa import load_hotpotqa
 from optimize.metrics import METRICS, AgentMetric
 from optimize.trainsets import BANK_AGENTS, build_examples, split_items
@@ -110,20 +114,14 @@ def evaluate(program: dspy.Module, devset: list[dspy.Example], metric: Callable,
 def build_program(agent: str, config: AmbConfig, *, embedder=None) -> dspy.Module:
     """The program to compile for ``agent``: the agent itself, or the bank with only it (or all) exposed.
     Agents count tokens with the active LM's tokenizer, as in the bank."""
-    from amb_dspy.agents import AGENT_CLASSES
-
     agents = {name: cls(config) for name, cls in AGENT_CLASSES.items()}
     if agent not in BANK_AGENTS:
         return agents[agent]
-    from optimize.bank_program import BankQA
-
     if embedder is None:
-        from amb_dspy.retrieval.embedding import default_embedder
-
         embedder = default_embedder()
     trainable = dict(agents) if agent == "all" else {agent: agents[agent]}
     fixed = {name: a for name, a in agents.items() if name not in trainable}
-    return BankQA(trainable, fixed, config, embedder=embedder)
+    return MemoryBankQA(config, trainable=trainable, fixed=fixed, embedder=embedder)
 
 
 def compiled_agents(agent: str, program: dspy.Module) -> dict[str, dspy.Module]:
@@ -134,30 +132,29 @@ def compiled_agents(agent: str, program: dspy.Module) -> dict[str, dspy.Module]:
 
 def make_optimizer(
     name: str, metric: AgentMetric, *, lm: Any, teacher_lm: Any = None, max_demos: int = 2, budget: int | None = None,
-    max_errors: int = 1000, seed: int = 0,
+    max_errors: int = 1000, seed: int = 0, on_metric: Callable[[], None] = lambda: None,
 ):
-    """DSPy's optimizer for ``name``, set up for this project (see the module docstring)."""
-    from amb_dspy.lm import adapter_for
-
+    """DSPy's optimizer for ``name``, set up for this project (see the module docstring); ``on_metric`` is
+    called after every metric call (progress)."""
     teacher = teacher_lm or lm
     teacher_settings = {"lm": teacher_lm, "adapter": adapter_for(teacher_lm)} if teacher_lm is not None else {}
     if name == "bootstrap":
         return dspy.BootstrapFewShot(
-            metric=metric, teacher_settings=teacher_settings, max_bootstrapped_demos=max_demos,
+            metric=counted(metric, on_metric), teacher_settings=teacher_settings, max_bootstrapped_demos=max_demos,
             max_labeled_demos=0, max_rounds=1, max_errors=max_errors,
         )
     if name == "mipro":
         if importlib.util.find_spec("optuna") is None:
             raise OptimizeError("--optimizer mipro needs the optuna package: pip install optuna (or pip install 'dspy[optuna]')")
         return dspy.MIPROv2(
-            metric=metric, prompt_model=teacher, task_model=lm, teacher_settings=teacher_settings,
+            metric=counted(metric, on_metric), prompt_model=teacher, task_model=lm, teacher_settings=teacher_settings,
             max_bootstrapped_demos=max_demos, max_labeled_demos=0, auto="light", num_threads=1,
             max_errors=max_errors, seed=seed, verbose=False,
         )
     if name == "gepa":
         budget_args = {"max_metric_calls": budget} if budget is not None else {"auto": "light"}
         return dspy.GEPA(
-            metric=metric.feedback, reflection_lm=teacher, num_threads=1, seed=seed, track_stats=False,
+            metric=counted(metric.feedback, on_metric), reflection_lm=teacher, num_threads=1, seed=seed, track_stats=False,
             **budget_args,
         )
     raise OptimizeError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
@@ -185,8 +182,6 @@ def optimize_agents(
     """Compile ``agent`` (an agent name or "all") on ``train`` (``hotpotqa`` or ``hotpotqa:PATH``) and
     save it to ``out``. ``n`` caps the HotpotQA items used (train and dev together); ``budget`` caps
     GEPA's metric calls (default: its "light" setting)."""
-    from amb_dspy.lm import adapter_for
-
     started = time.monotonic()
     if agent not in TARGETS:
         raise OptimizeError(f"unknown agent {agent!r}: choose one of {', '.join(TARGETS)}")
@@ -212,16 +207,14 @@ def optimize_agents(
 
     metric = METRICS[agent]
     program = build_program(agent, config, embedder=embedder)
-    teleprompter = make_optimizer(
-        optimizer, metric, lm=lm, teacher_lm=teacher_lm, max_demos=max_demos, budget=budget,
-        max_errors=len(trainset) + len(devset) + 1, seed=seed,
-    )
     with dspy.context(lm=lm, adapter=adapter_for(lm)):
         before = evaluate(program, devset, metric, steps.start("scoring before", total=len(devset)))
         steps.finish()
-        advance = steps.start(f"compiling {agent} ({optimizer})")
-        metric_attribute = "metric_fn" if optimizer == "gepa" else "metric"  # where each optimizer keeps it
-        setattr(teleprompter, metric_attribute, counted(getattr(teleprompter, metric_attribute), advance))
+        teleprompter = make_optimizer(
+            optimizer, metric, lm=lm, teacher_lm=teacher_lm, max_demos=max_demos, budget=budget,
+            max_errors=len(trainset) + len(devset) + 1, seed=seed,
+            on_metric=steps.start(f"compiling {agent} ({optimizer})"),
+        )
         compiled = teleprompter.compile(program, trainset=trainset)
         steps.finish()
         after = evaluate(compiled, devset, metric, steps.start("scoring after", total=len(devset)))

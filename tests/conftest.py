@@ -8,6 +8,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Tests that want the corpus cache pass their own cache_dir; the rest must not fill ~/.cache.
+os.environ.setdefault("AMB_CORPUS_CACHE", "0")
 
 
 @pytest.fixture(scope="session")

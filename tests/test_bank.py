@@ -41,7 +41,9 @@ def corpus(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(tmp_path: Path, corpus: Path) -> AmbConfig:
-    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=6)
+    # The LM path alone: these tests drive its every branch (tests/test_chaos.py covers policy="auto").
+    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=6,
+                     policy="lm")
 
 
 def one_cluster_per_segment(call):

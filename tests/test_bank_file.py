@@ -4,12 +4,13 @@ file is refused with one line while the current bank stays as it was."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeDraft
+from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.storage import (
     Attachment,
     AttachmentType,
@@ -33,10 +34,10 @@ def store(embedder) -> MemoryStore:
     )
     store = MemoryStore(embedder, doc)
     a, b, c, d = (n.id for n in store.add_nodes([
-        NodeDraft("Kilauea erupted in 2018; lava reached the sea.", "Kilauea 2018 eruption", ["kilauea", "2018"]),
-        NodeDraft("A 2020 summit eruption formed a lava lake.", "Kilauea 2020 eruption", ["kilauea", "2020"]),
-        NodeDraft("USGS monitors Hawaiian volcanoes.", "volcano monitoring", ["usgs", "hawaii"]),
-        NodeDraft("Émile wrote «naïve» notes — 火山 🌋.", "unicode text", ["émile", "火山"]),
+        NodeContent("Kilauea erupted in 2018; lava reached the sea.", "Kilauea 2018 eruption", ["kilauea", "2018"]),
+        NodeContent("A 2020 summit eruption formed a lava lake.", "Kilauea 2020 eruption", ["kilauea", "2020"]),
+        NodeContent("USGS monitors Hawaiian volcanoes.", "volcano monitoring", ["usgs", "hawaii"]),
+        NodeContent("Émile wrote «naïve» notes — 火山 🌋.", "unicode text", ["émile", "火山"]),
     ]))
     store.relate(a, c, {c: ContextUpdate("monitoring of Kilauea", ["usgs", "kilauea"])})
     store.add_edge(b, c)
@@ -46,7 +47,7 @@ def store(embedder) -> MemoryStore:
         InteractionEntry(text="a photo", attachments=(Attachment(type=AttachmentType.IMAGE, content="attachments/x.png"),)),
         [d],
     )
-    store.merge_nodes([a, b], NodeDraft("Kilauea erupted in 2018 and 2020.", "Kilauea eruptions", ["kilauea"]), "years")
+    store.merge_nodes([a, b], NodeContent("Kilauea erupted in 2018 and 2020.", "Kilauea eruptions", ["kilauea"]), "years")
     store.check()
     return store
 
@@ -109,7 +110,7 @@ BAD_FILES = {
     "foreign JSON object": (lambda good: write(good, b'{"name": "not a bank", "nodes": []}'), "not an amb-dspy bank"),
     "foreign JSON list": (lambda good: write(good, b"[1, 2, 3]"), "not an amb-dspy bank"),
     "JSON string": (lambda good: write(good, b'"amb-dspy-bank"'), "not an amb-dspy bank"),
-    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=2)), "schema version 2"),
+    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=3)), "schema version 3"),
     "schema version missing": (lambda good: edited(good, lambda d: d.pop("schema_version")), "schema version None"),
     "schema version as text": (lambda good: edited(good, lambda d: d.update(schema_version="1")), "schema version '1'"),
     "dangling edge": (lambda good: edited(good, lambda d: first_node(d)["links"].append("ghost")), "missing node 'ghost'"),
@@ -134,7 +135,28 @@ BAD_FILES = {
     "entry without text": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].pop("text")), "text"),
     "bad attachment type": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][1]["attachments"][0].update(
         type="video")), "type"),
+    # hostile files (issue 15): each of these escaped as an exception or was accepted
+    "schema version true": (lambda good: edited(good, lambda d: d.update(schema_version=True)), "schema version True"),
+    "node timestamp 1e308": (lambda good: edited(good, lambda d: first_node(d).update(timestamp=1e308)), "timestamp"),
+    "infinite entry timestamp": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].update(
+        timestamp=float("inf"))), "timestamp"),
+    "negative merge timestamp": (lambda good: edited(good, lambda d: d["interaction_tree"]["merge_events"][0].update(
+        timestamp=-1.0)), "timestamp"),
+    "5,000-digit timestamp": (lambda good: write(good, re.sub(
+        rb'"timestamp": [0-9.]+', b'"timestamp": 1' + b"0" * 5000 + b".5", good.read_bytes(), count=1)), "timestamp"),
+    "5,000-digit number": (lambda good: write(good, good.read_bytes().replace(
+        b'"embedding_dim": 384', b'"embedding_dim": ' + b"9" * 5000)), "digits"),
+    "JSON nested 100,000 deep": (lambda good: write(good, b"[" * 100_000 + b"]" * 100_000), "nested too deeply"),
+    "metadata nested 600 deep": (lambda good: edited(good, lambda d: d["interaction_tree"]["entries"][0].update(
+        metadata=_nested(600))), "nested too deeply"),
 }
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
 
 
 def write(good: Path, data: bytes) -> Path:

@@ -170,3 +170,80 @@ def test_load_agents_is_exported_lazily_from_the_package():
     import amb_dspy.compiled
 
     assert amb_dspy.load_agents is amb_dspy.compiled.load_agents
+
+
+# --- tampered state and manifests (issue 15) ---------------------------------------------------------
+
+
+def _edit_state(directory, change):
+    path = directory / "analysis.json"
+    state = json.loads(path.read_text())
+    change(state)
+    path.write_text(json.dumps(state))
+
+
+TAMPERED_STATES = {
+    "an lm": (lambda s: s["analyze"].update(lm={"model": "openai/gpt-4o", "api_base": "http://127.0.0.1:9"}),
+              "analyze.lm"),
+    "a config": (lambda s: s["analyze"].update(config={"temperature": 2}), "analyze.config: Extra inputs"),
+    "a forward": (lambda s: s.update(forward="print('hi')"), r"holds \['analyze', 'forward'\]"),
+    "a predictor attribute": (lambda s: s["analyze"].update(forward="x"), "analyze.forward: Extra inputs"),
+    "list instructions": (lambda s: s["analyze"]["signature"].update(instructions=["a", "b"]), "instructions"),
+    "numeric instructions": (lambda s: s["analyze"]["signature"].update(instructions=7), "instructions"),
+    "a field without prefix": (lambda s: s["analyze"]["signature"]["fields"][0].pop("prefix"), "prefix"),
+    "a missing field": (lambda s: s["analyze"]["signature"]["fields"].pop(), "fields: 2 fields, but the predictor has 3"),
+    "demos as text": (lambda s: s["analyze"].update(demos="not a list"), "demos"),
+    "a demo that is no object": (lambda s: s["analyze"].update(demos=[["a"]]), "demos"),
+    "no signature": (lambda s: s["analyze"].pop("signature"), "signature"),
+    "bad metadata": (lambda s: s.update(metadata={"dependency_versions": {"dspy": 3}}), "metadata"),
+    "a list for a predictor": (lambda s: s.update(analyze=[]), "analyze: Input should be a valid dictionary"),
+}
+
+
+@pytest.mark.parametrize("case", list(TAMPERED_STATES))
+def test_tampered_state_is_refused_and_changes_nothing(tmp_path, case):
+    save_agent(tmp_path, "analysis", compiled_analysis(), record())
+    change, message = TAMPERED_STATES[case]
+    _edit_state(tmp_path, change)
+    mine = {"analysis": AnalysisAgent()}
+    before = mine["analysis"].dump_state()
+    with pytest.raises(CompiledError, match=message) as error:
+        apply_compiled(mine, tmp_path)
+    assert "\n" not in str(error.value) and "does not fit the analysis agent" in str(error.value)
+    assert mine["analysis"].dump_state() == before and mine["analysis"].analyze.lm is None
+
+
+def test_a_deeply_nested_or_huge_state_file_is_refused(tmp_path, monkeypatch):
+    from amb_dspy import compiled
+
+    save_agent(tmp_path, "analysis", compiled_analysis(), record())
+    (tmp_path / "analysis.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(CompiledError, match="nested too deeply"):
+        load_agents(tmp_path)
+    save_agent(tmp_path, "analysis", compiled_analysis(), record())
+    monkeypatch.setattr(compiled, "MAX_STATE_BYTES", 100)
+    with pytest.raises(CompiledError, match="over the 100-byte limit"):
+        load_agents(tmp_path)
+
+
+@pytest.mark.parametrize("file", ["../outside.json", "{outside}", "sub/analysis.json", "..", ""])
+def test_a_manifest_file_outside_the_directory_is_refused(tmp_path, file):
+    directory = tmp_path / "compiled"
+    save_agent(directory, "analysis", compiled_analysis(), record())
+    (tmp_path / "outside.json").write_text((directory / "analysis.json").read_text())
+    (directory / "sub").mkdir()
+    (directory / "sub" / "analysis.json").write_text((directory / "analysis.json").read_text())
+    file = file.format(outside=tmp_path / "outside.json")
+    _edit_manifest(directory, lambda m: m["agents"]["analysis"].update(file=file))
+    with pytest.raises(CompiledError, match="is not a file name inside the directory"):
+        load_agents(directory)
+
+
+def test_a_state_file_that_links_outside_the_directory_is_refused(tmp_path):
+    directory = tmp_path / "compiled"
+    save_agent(directory, "analysis", compiled_analysis(), record())
+    outside = tmp_path / "outside.json"
+    (directory / "analysis.json").rename(outside)
+    (directory / "analysis.json").symlink_to(outside)
+    with pytest.raises(CompiledError, match="leads outside"):
+        load_agents(directory)

@@ -39,7 +39,7 @@ def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedd
         [sys.executable, str(ROOT / "cli.py"), "run",
          "Which river flows through the city where the Tidewater Lantern Festival is held?",
          "--context-file", str(ROOT / "datasets" / "demo-notes.md"), "--corpus", str(ROOT / "datasets" / "demo"),
-         "--max-loops", "1", "--export", str(bank_file)],
+         "--max-loops", "1", "--export", str(bank_file), "--trace", str(tmp_path / "run.jsonl")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -52,6 +52,27 @@ def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedd
     assert data["insight_doc"]["task_goal"].startswith("Which river")
     store = MemoryStore.load(bank_file, embedder)
     store.check()
+    _check_trace_and_views(tmp_path, bank_file, store)
     sources = {e.metadata["source"] for e in store.tree.entries.values()}
     assert "user_context" in sources  # the context file went through memory conversion
     assert len(store.insight_doc.completed_tasks) + len(store.insight_doc.pending_tasks) >= 1
+
+
+def _check_trace_and_views(tmp_path, bank_file, store):
+    """The run's trace agrees with its bank, and `amb show` / `--html` read the bank it exported."""
+    from amb_dspy.view import read_trace
+
+    records = read_trace(tmp_path / "run.jsonl")
+    assert records[0]["phase"] == "initialise" and records[-1]["phase"] == "done"
+    assert (records[-1]["nodes"], records[-1]["edges"]) == (len(store.graph), store.graph.edge_count)
+    assert sum(r["lm_calls_delta"] for r in records) == records[-1]["lm_calls"] > 0
+    out = {}
+    for name, args in {"bank": [str(bank_file)], "html": [str(bank_file), "--html", str(tmp_path / "view.html")],
+                       "trace": ["--trace", str(tmp_path / "run.jsonl")]}.items():
+        shown = subprocess.run([sys.executable, str(ROOT / "cli.py"), "show", *args], cwd=ROOT, capture_output=True,
+                               text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+        assert shown.returncode == 0, shown.stderr[-2000:]
+        out[name] = shown.stdout
+    assert f"Query Graph: {len(store.graph)} nodes, {store.graph.edge_count} edges" in out["bank"]
+    assert f"run.jsonl: {len(records)} events" in out["trace"]
+    assert (tmp_path / "view.html").stat().st_size > 100_000  # the page, its scripts inlined

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeDraft
+from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.retrieval.keyword import BM25Index, tokenize
 from amb_dspy.retrieval.vector import VectorIndex
 from amb_dspy.storage import (
@@ -24,12 +24,12 @@ from amb_dspy.storage import (
 )
 
 TOPICS = [
-    NodeDraft("Kilauea's 2018 eruption sent lava flows into the Pacific.", "Kilauea lava eruption", ["kilauea", "lava", "eruption"]),
-    NodeDraft("Hawaii Volcanoes National Park, home of Kilauea, draws visitors.", "Kilauea park tourism", ["kilauea", "park", "hawaii"]),
-    NodeDraft("Hawaii's state income tax was reformed in 1990.", "Hawaii tax reform", ["hawaii", "tax", "1990"]),
-    NodeDraft("Mozart wrote five violin concertos in 1775.", "Mozart violin concertos", ["mozart", "violin", "concerto"]),
-    NodeDraft("The Vienna Philharmonic toured Japan with Mozart's works.", "orchestra tour of Mozart", ["orchestra", "vienna", "mozart"]),
-    NodeDraft("Emperor penguins breed during the Antarctic winter.", "penguin breeding", ["penguin", "antarctica"]),
+    NodeContent("Kilauea's 2018 eruption sent lava flows into the Pacific.", "Kilauea lava eruption", ["kilauea", "lava", "eruption"]),
+    NodeContent("Hawaii Volcanoes National Park, home of Kilauea, draws visitors.", "Kilauea park tourism", ["kilauea", "park", "hawaii"]),
+    NodeContent("Hawaii's state income tax was reformed in 1990.", "Hawaii tax reform", ["hawaii", "tax", "1990"]),
+    NodeContent("Mozart wrote five violin concertos in 1775.", "Mozart violin concertos", ["mozart", "violin", "concerto"]),
+    NodeContent("The Vienna Philharmonic toured Japan with Mozart's works.", "orchestra tour of Mozart", ["orchestra", "vienna", "mozart"]),
+    NodeContent("Emperor penguins breed during the Antarctic winter.", "penguin breeding", ["penguin", "antarctica"]),
 ]
 
 
@@ -104,11 +104,11 @@ OTHER = ContextUpdate("another context about music", ["music", "updated"])
 
 # Each operation as a function of (store, ids): every one of them embeds, indexes or re-links.
 OPERATIONS = {
-    "add_nodes": lambda s, ids: s.add_nodes([NodeDraft("Glaciers retreat.", "glacier retreat", ["glacier"]),
-                                             NodeDraft("Coral reefs bleach.", "coral bleaching", ["coral"])]),
+    "add_nodes": lambda s, ids: s.add_nodes([NodeContent("Glaciers retreat.", "glacier retreat", ["glacier"]),
+                                             NodeContent("Coral reefs bleach.", "coral bleaching", ["coral"])]),
     "relate": lambda s, ids: s.relate(ids[3], ids[5], {ids[3]: OTHER, ids[5]: UPDATE}),
     "update_contexts": lambda s, ids: s.update_contexts({ids[0]: UPDATE, ids[4]: OTHER}),
-    "merge_nodes": lambda s, ids: s.merge_nodes([ids[0], ids[1]], NodeDraft("merged", "Kilauea merged", ["kilauea"]),
+    "merge_nodes": lambda s, ids: s.merge_nodes([ids[0], ids[1]], NodeContent("merged", "Kilauea merged", ["kilauea"]),
                                                 "a and b disagree", {ids[2]: UPDATE, ids[4]: OTHER}),
     "delete_node": lambda s, ids: s.delete_node(ids[1]),
     "record_entry": lambda s, ids: s.record_entry(InteractionEntry(entry_id="new", text="x"), [ids[0], ids[3]]),
@@ -162,11 +162,11 @@ def test_a_failure_at_any_step_leaves_graph_tree_and_indexes_exactly_as_before(m
             calls = 0
             original = getattr(cls, name)
 
-            def failing(self, *args, __original=original, __nth=nth, **kwargs):
+            def failing(self, *args, __original=original, __nth=nth, __where=f"{cls.__name__}.{name}", **kwargs):
                 nonlocal calls
                 calls += 1
                 if calls == __nth:  # fail once; the rollback may call the same method again
-                    raise InjectedFault(f"{cls.__name__}.{name} call {__nth}")
+                    raise InjectedFault(f"{__where} call {__nth}")
                 return __original(self, *args, **kwargs)
 
             monkeypatch.setattr(cls, name, failing)
@@ -186,9 +186,9 @@ def test_a_failure_at_any_step_leaves_graph_tree_and_indexes_exactly_as_before(m
         (lambda s, ids: s.add_edge(ids[0], "ghost"), GraphError),  # dangling
         (lambda s, ids: s.relate(ids[0], ids[5], {"ghost": UPDATE}), GraphError),
         (lambda s, ids: s.update_contexts({ids[0]: UPDATE, "ghost": OTHER}), GraphError),
-        (lambda s, ids: s.merge_nodes([ids[0]], NodeDraft("m", "m")), GraphError),
-        (lambda s, ids: s.merge_nodes([ids[0], ids[0]], NodeDraft("m", "m")), GraphError),
-        (lambda s, ids: s.merge_nodes([ids[0], "ghost"], NodeDraft("m", "m")), GraphError),
+        (lambda s, ids: s.merge_nodes([ids[0]], NodeContent("m", "m")), GraphError),
+        (lambda s, ids: s.merge_nodes([ids[0], ids[0]], NodeContent("m", "m")), GraphError),
+        (lambda s, ids: s.merge_nodes([ids[0], "ghost"], NodeContent("m", "m")), GraphError),
         (lambda s, ids: s.delete_node("ghost"), GraphError),
         (lambda s, ids: s.record_entry(InteractionEntry(entry_id="e-a", text="again"), [ids[0]]), TreeError),
         (lambda s, ids: s.record_entry(InteractionEntry(text="x"), [ids[0], "ghost"]), GraphError),
@@ -215,7 +215,7 @@ def test_invariants_hold_through_a_random_sequence_of_operations(embedder):
         op = rng.choice(["add", "add", "edge", "unedge", "relate", "update", "merge", "delete", "entry"])
         if op == "add" or len(ids) < 3:
             picked = rng.sample(words, 2)
-            store.add_nodes([NodeDraft(f"About {w} and more.", f"{w} facts", [w]) for w in picked])
+            store.add_nodes([NodeContent(f"About {w} and more.", f"{w} facts", [w]) for w in picked])
         elif op == "edge":
             x, y = rng.sample(ids, 2)
             store.add_edge(x, y)
@@ -231,7 +231,7 @@ def test_invariants_hold_through_a_random_sequence_of_operations(embedder):
         elif op == "merge":
             olds = rng.sample(ids, rng.choice([2, 3]))
             neighbours = {n for o in olds for n in store.graph.node(o).links} - set(olds)
-            new, event = store.merge_nodes(olds, NodeDraft("merged summary", f"merged {rng.choice(words)}", ["merged"]),
+            new, event = store.merge_nodes(olds, NodeContent("merged summary", f"merged {rng.choice(words)}", ["merged"]),
                                            "merge", {n: ContextUpdate("re-described", ["re"]) for n in neighbours})
             assert set(new.links) == neighbours
             assert not set(olds) & set(store.graph.nodes_dict) and not set(olds) & store.index.ids()
@@ -255,7 +255,7 @@ def test_merge_unions_edges_moves_entries_and_ignores_updates_for_other_nodes(em
     c_vector = store.graph.node(c).embedding.copy()
     entries_before = {k: v.model_dump() for k, v in store.tree.entries.items()}
 
-    new, event = store.merge_nodes([a, b], NodeDraft("Kilauea erupted in 2018.", "Kilauea", ["kilauea"]),
+    new, event = store.merge_nodes([a, b], NodeContent("Kilauea erupted in 2018.", "Kilauea", ["kilauea"]),
                                    "a and b disagree on the year", {c: UPDATE, e: OTHER, a: OTHER})
 
     # edges: union of a's {b, c} and b's {a, c, d}, deduplicated, none to a merged node
@@ -280,7 +280,7 @@ def test_merge_unions_edges_moves_entries_and_ignores_updates_for_other_nodes(em
     check_invariants(store)
 
     # a second merge: every entry of every node merged so far is reachable from the newest node
-    newer, _ = store.merge_nodes([new.id, d], NodeDraft("s", "again", ["kilauea"]), "again")
+    newer, _ = store.merge_nodes([new.id, d], NodeContent("s", "again", ["kilauea"]), "again")
     assert {x.entry_id for x in store.tree.entries_for(newer.id)} == {"e-a", "e-b", "e-bd"}
     assert sorted(newer.links) == [c]
     assert len(store.tree.merge_events) == 2
@@ -336,7 +336,7 @@ def test_retrieval_returns_top_k_plus_one_hop_newest_first_without_excluded_node
     store.update_context(penguin, "penguins near Kilauea lava", ["kilauea", "lava", "eruption", "penguin"])
     assert penguin in ids(store.retrieve(query, "kilauea lava eruption", k=2, alpha=1.0))
 
-    new, _ = store.merge_nodes([volcano, park], NodeDraft("Kilauea and its park.", "Kilauea lava eruption park",
+    new, _ = store.merge_nodes([volcano, park], NodeContent("Kilauea and its park.", "Kilauea lava eruption park",
                                                           ["kilauea", "lava", "eruption"]))
     found = ids(store.retrieve(query, "kilauea lava eruption", k=1, exclude={penguin}))
     assert found == [new.id, tax]  # the merged node inherited the park's edge to tax
@@ -357,10 +357,10 @@ def test_a_transaction_groups_operations_and_rolls_all_of_them_back(embedder):
     before = snapshot(store)
     with pytest.raises(InjectedFault):
         with store.transaction():
-            added = store.add_nodes([NodeDraft("Comets have tails.", "comet tails", ["comet"])])
+            added = store.add_nodes([NodeContent("Comets have tails.", "comet tails", ["comet"])])
             store.relate(added[0].id, e, {e: UPDATE})
             store.delete_node(d)
-            store.merge_nodes([a, b], NodeDraft("m", "merged", ["m"]), "merge", {c: OTHER})
+            store.merge_nodes([a, b], NodeContent("m", "merged", ["m"]), "merge", {c: OTHER})
             store.record_entry(InteractionEntry(text="inside"), [added[0].id])
             store.delete_node(f)
             raise InjectedFault("the caller gives up after six operations")
@@ -368,7 +368,7 @@ def test_a_transaction_groups_operations_and_rolls_all_of_them_back(embedder):
     check_invariants(store)
 
     with store.transaction():  # and without a failure every operation stays
-        added = store.add_nodes([NodeDraft("Comets have tails.", "comet tails", ["comet"])])
+        added = store.add_nodes([NodeContent("Comets have tails.", "comet tails", ["comet"])])
         store.relate(added[0].id, e, {})
     assert e in store.graph.node(added[0].id).links
     check_invariants(store)

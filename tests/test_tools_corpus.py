@@ -15,6 +15,7 @@ from amb_dspy.tools import (
     SearchResult,
     SearchTool,
     SerperSearch,
+    load_corpus,
     make_search_backend,
 )
 from amb_dspy.tools.text import html_to_text, select_for_goal, split_passages, truncate
@@ -213,16 +214,18 @@ def test_search_tool_reports_failures_as_one_line():
     assert out == "Error: search failed: RuntimeError: boom with a second line"
 
 
-def test_make_search_backend_prefers_serper_then_corpus(folder, embedder, monkeypatch):
+def test_make_search_backend_prefers_a_given_corpus_then_serper(folder, embedder, monkeypatch):
     for name in ("SERPER_API_KEY", "AMB_SERPER_API_KEY", "AMB_CORPUS"):
         monkeypatch.delenv(name, raising=False)
-    serper = make_search_backend(AmbConfig(serper_api_key="key-1", corpus=folder), embedder)
-    assert isinstance(serper, SerperSearch) and serper.api_key == "key-1"
-    local = make_search_backend(AmbConfig(corpus=folder), embedder)
+    keyed = AmbConfig(serper_api_key="key-1", corpus=folder)
+    local = make_search_backend(keyed, load_corpus(keyed, embedder))  # a corpus the user named wins over the key
     assert isinstance(local, LocalCorpus) and len(local) == 3
-    assert make_search_backend(AmbConfig(), embedder) is None
+    serper = make_search_backend(AmbConfig(serper_api_key="key-1"))
+    assert isinstance(serper, SerperSearch) and serper.api_key == "key-1"
+    assert load_corpus(AmbConfig(), embedder) is None
+    assert make_search_backend(AmbConfig()) is None
     with pytest.raises(CorpusError):
-        make_search_backend(AmbConfig(corpus=folder / "missing"), embedder)
+        load_corpus(AmbConfig(corpus=folder / "missing"), embedder)
 
 
 # --- text helpers -----------------------------------------------------------------------------
@@ -236,7 +239,7 @@ def test_split_passages_respects_the_word_limit_and_keeps_all_text():
 
 
 def test_select_for_goal_keeps_the_matching_passage_within_budget():
-    filler = ["Nothing of note happened in week %d at the depot." % i * 8 for i in range(40)]
+    filler = [f"Nothing of note happened in week {i} at the depot." * 8 for i in range(40)]
     filler[27] = "The depot's clock tower was rebuilt in 1931 after a fire."
     text = "\n\n".join(["Depot history."] + filler)
     cut = select_for_goal(text, "when was the clock tower rebuilt", 1200)

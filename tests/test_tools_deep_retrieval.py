@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.graph_ops import MemoryStore, NodeDraft
+from amb_dspy.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import Attachment, AttachmentType, InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool
 
@@ -34,7 +34,7 @@ def store(embedder) -> MemoryStore:
 
 
 def _node(store, summary):
-    return store.add_node(NodeDraft(summary=summary, context=f"context of {summary}", keywords=summary.split()[:2]))
+    return store.add_node(NodeContent(summary=summary, context=f"context of {summary}", keywords=summary.split()[:2]))
 
 
 def _entry(store, text, node_ids, attachments=(), **metadata):
@@ -53,7 +53,7 @@ def test_merged_node_returns_all_entries_in_time_order_with_file_contents(store,
         Attachment(type=AttachmentType.DOCUMENT, content="doc1/attachments/scan.pdf"),
     ], source="visit")
     third = _entry(store, "both pages agree", [a.id, b.id])
-    merged, _event = store.merge_nodes([a.id, b.id], NodeDraft("tide levels", "merged context", ["tide"]), "merge")
+    merged, _event = store.merge_nodes([a.id, b.id], NodeContent("tide levels", "merged context", ["tide"]), "merge")
 
     tool = DeepRetrievalTool(store, storage)
     data = json.loads(tool(merged.id))
@@ -147,3 +147,34 @@ def test_nothing_raises_even_on_a_bad_store(storage):
 
     out = DeepRetrievalTool(Broken(), storage)("x")
     assert out.startswith("Error: deep_retrieval failed:") and "\n" not in out
+
+
+def _bytes_read() -> int:
+    """Bytes this process has read so far (Linux /proc/self/io, "rchar")."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux /proc/self/io")
+def test_a_huge_attachment_is_sized_up_before_it_is_read(store, storage):
+    files = storage / "doc1" / "attachments"
+    for name in ("huge.png", "huge.bin"):
+        with (files / name).open("wb") as handle:  # 300 MB, sparse: no disk used
+            handle.truncate(300_000_000)
+    (files / "long.md").write_text("The gauge read 5.2 m at high water. " * 200_000)  # 7.2 MB of text
+    node = _node(store, "huge attachments")
+    _entry(store, "three big files", [node.id], [
+        Attachment(type=AttachmentType.IMAGE, content="doc1/attachments/huge.png"),
+        Attachment(type=AttachmentType.DOCUMENT, content="doc1/attachments/huge.bin"),
+        Attachment(type=AttachmentType.DOCUMENT, content="doc1/attachments/long.md"),
+    ])
+    before = _bytes_read()
+    out = DeepRetrievalTool(store, storage, max_file_chars=16_000)(node.id)
+    assert _bytes_read() - before < 1_000_000  # of 607 MB, only the start of the two non-images was read
+    image, binary, text = json.loads(out)["entries"][0]["attachments"]
+    assert image["error"] == "image of 300000000 bytes left out: over the 16000-character limit"
+    assert binary["error"] == "binary file of 300000000 bytes left out: over the 16000-character limit"
+    assert text["encoding"] == "text" and text["file_content"].startswith("The gauge read 5.2 m")
+    assert len(text["file_content"]) < 16_100 and text["note"] == "only the first 64004 of 7200000 bytes were read"

@@ -17,7 +17,7 @@ from dspy.utils import DummyLM
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.tools import LocalCorpus, SearchTool, SerperSearch, VisitTool
-from amb_dspy.tools.search import SearchError
+from amb_dspy.tools.types import SearchError
 
 PAGE = b"""<!DOCTYPE html><html><head><meta charset="utf-8"><title>Quarry Hill Observatory</title>
 <script>var leak = "SCRIPT_TEXT";</script><style>body{color:red} .STYLE_TEXT{}</style></head>
@@ -60,7 +60,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/long.html":
             self._send(200, _long_page(), "text/html")
         elif path == "/notes.txt":
-            self._send(200, "Tide gauge readings:\n\n  high water 5.2 m   at 06:14\n".encode(), "text/plain")
+            self._send(200, b"Tide gauge readings:\n\n  high water 5.2 m   at 06:14\n", "text/plain")
         elif path == "/image.png":
             self._send(200, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(200), "image/png")
         elif path == "/blob":
@@ -136,7 +136,9 @@ class RecordingExtractor:
 
 
 def _config(**kw) -> AmbConfig:
+    """Settings for these tests: their server is on 127.0.0.1, which visit refuses unless told otherwise."""
     kw.setdefault("jina_api_key", "")
+    kw.setdefault("allow_private_urls", True)
     return AmbConfig(**kw)
 
 

@@ -32,15 +32,14 @@ from amb_dspy.agents.classification import ClassificationAgent, ClassificationOu
 from amb_dspy.agents.integration import (
     IntegrationAgent,
     IntegrationOutput,
-    MergedNode,
     NeighborInfo,
-    NeighborUpdate,
     NodeWithNeighbors,
 )
 from amb_dspy.agents.planning import (
     ConflictNotification,
     PlanningAgent,
     PlanningOutput,
+    answer_from_memory_task,
     conflicting_node_ids,
     cross_validation_task,
     is_cross_validation_task,
@@ -66,9 +65,9 @@ PREDICTOR_NAMES: dict[str, str] = {
 
 __all__ = [
     "AGENT_CLASSES", "AgentError", "AnalysisAgent", "AnalysisOutput", "ClassificationAgent", "ClassificationOutput",
-    "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent", "MergedNode",
-    "NeighborInfo", "NeighborUpdate", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
+    "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent",
+    "NeighborInfo", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
     "PlanningOutput", "Relationship", "RelationshipKind", "StructureAgent", "StructureOutput", "TokenCounter",
-    "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
+    "answer_from_memory_task", "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
     "token_counter_for",
 ]

@@ -25,18 +25,16 @@ from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
 from amb_dspy.agents.chunking import pack
+from amb_dspy.storage.content import NodeContent
 
 RelationshipKind = Literal["conflict", "related", "unrelated"]
 PRIORITY: dict[str, int] = {"conflict": 0, "related": 1, "unrelated": 2}
 
 
-class NodeInfo(BaseModel):
+class NodeInfo(NodeContent):
     """A memory node as agents see it: no embedding. ``id`` is None for a node not yet in the graph."""
 
     id: str | None = None
-    summary: str
-    context: str
-    keywords: list[str] = Field(default_factory=list)
 
 
 class Relationship(BaseModel):
@@ -55,12 +53,6 @@ class AnalysisOutput(BaseModel):
 
     def of_kind(self, kind: RelationshipKind) -> list[Relationship]:
         return [r for r in self.relationships if r.relationship == kind]
-
-
-class NodeBrief(BaseModel):
-    summary: str
-    context: str
-    keywords: list[str]
 
 
 class CandidateBrief(BaseModel):
@@ -93,9 +85,19 @@ class AnalyzeRelationships(dspy.Signature):
     unrelated. Refer to candidates only by their number.
     """
 
-    new_node: NodeBrief = dspy.InputField(desc="the node just added to memory")
+    new_node: NodeContent = dspy.InputField(desc="the node just added to memory")
     candidates: list[CandidateBrief] = dspy.InputField(desc="existing nodes, each with a number")
     relationships: list[Judgement] = dspy.OutputField(desc="one judgement per candidate")
+
+
+def unique_candidates(candidates: list[NodeInfo]) -> list[NodeInfo]:
+    """The candidates, each id once (its first occurrence), in order; ValueError for one without an id."""
+    unique: dict[str, NodeInfo] = {}
+    for candidate in candidates:
+        if not candidate.id:
+            raise ValueError("analysis agent: every candidate needs an id")
+        unique.setdefault(candidate.id, candidate)
+    return list(unique.values())
 
 
 class AnalysisAgent(MemoryAgent):
@@ -107,17 +109,15 @@ class AnalysisAgent(MemoryAgent):
         super().__init__(config, token_counter, lm)
         self.analyze = dspy.Predict(AnalyzeRelationships)
 
-    def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
-        unique: dict[str, NodeInfo] = {}
-        for candidate in candidates:
-            if not candidate.id:
-                raise ValueError("analysis agent: every candidate needs an id")
-            unique.setdefault(candidate.id, candidate)
-        if not unique:
-            return AnalysisOutput(relationships=[])
-        ordered = list(unique.values())
+    def check_window(self) -> None:
+        self.content_budget(self.analyze, new_node=NodeContent("", "", []), candidates=[])
 
-        brief = NodeBrief(summary=new_node.summary, context=new_node.context, keywords=new_node.keywords)
+    def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
+        ordered = unique_candidates(candidates)
+        if not ordered:
+            return AnalysisOutput(relationships=[])
+
+        brief = NodeContent(summary=new_node.summary, context=new_node.context, keywords=new_node.keywords)
         budget = self.content_budget(self.analyze, new_node=brief, candidates=[])
         rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
         verdicts: dict[str, Judgement] = {}
@@ -128,7 +128,7 @@ class AnalysisAgent(MemoryAgent):
             relationships=[self._relationship(new_node, c, verdicts.get(c.id)) for c in ordered]
         )
 
-    def _judge(self, brief: NodeBrief, group: list[NodeInfo]) -> dict[str, Judgement]:
+    def _judge(self, brief: NodeContent, group: list[NodeInfo]) -> dict[str, Judgement]:
         by_number = {n: c.id for n, c in enumerate(group, 1)}
         shown = [_candidate_brief(n, c) for n, c in enumerate(group, 1)]
         prediction = self.call(self.analyze, new_node=brief, candidates=shown)

@@ -33,7 +33,9 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import AgentName, AmbConfig
-from amb_dspy.lm import prompt_budget
+from amb_dspy.errors import ConfigError
+from amb_dspy.lm import is_embedded, prompt_budget
+from amb_dspy.retrieval.keyword import STOPWORDS
 
 logger = logging.getLogger("amb_dspy.agents")
 
@@ -42,6 +44,9 @@ logger = logging.getLogger("amb_dspy.agents")
 # while a hosted LM that writes nine keywords is not failed for it.
 KEYWORDS_MAX = 8
 LMKeywords = Annotated[list[str], pydantic.Field(json_schema_extra={"maxItems": KEYWORDS_MAX})]
+
+# Calls at once to a hosted LM: each is a round trip of a second or more, and providers accept a few.
+HOSTED_LM_THREADS = 8
 
 # The least room an agent accepts for its variable input after instructions and demos.
 MIN_INPUT_BUDGET = 64
@@ -61,14 +66,15 @@ class AgentError(Exception):
         super().__init__(f"{agent} agent: {message}")
 
 
-class _Shared:
-    """Holds a borrowed object (an LM, a tokenizer) that module deep copies must share, not copy:
-    optimizers deep-copy programs, and a llama.cpp model cannot be copied."""
+class Borrowed:
+    """An object a module uses but must not copy (an LM, a tokenizer, an embedding model, agents held
+    fixed): optimizers deep-copy programs, these are shared by the copies, and a llama.cpp model
+    cannot be copied at all."""
 
     def __init__(self, value: Any):
         self.value = value
 
-    def __deepcopy__(self, memo: dict) -> _Shared:
+    def __deepcopy__(self, memo: dict) -> Borrowed:
         return self
 
 
@@ -80,14 +86,23 @@ class MemoryAgent(dspy.Module):
     def __init__(self, config: AmbConfig | None = None, token_counter: TokenCounter | None = None, lm: Any = None):
         super().__init__()
         self.config = config or AmbConfig()
-        self._token_counter = _Shared(token_counter)
-        self._lm = _Shared(lm)
+        self._token_counter = Borrowed(token_counter)
+        self._lm = Borrowed(lm)
 
     # --- LM and tokens --------------------------------------------------------------------------
 
     def active_lm(self) -> Any:
         """The LM this agent was built with, else the configured one."""
         return self._lm.value or dspy.settings.lm
+
+    def lm_threads(self) -> int:
+        """How many of this agent's independent calls may run at once: ``config.lm_threads``, else 8 for a
+        hosted LM (each call is a network round trip) and 1 for the embedded model (its engine runs one
+        generation at a time)."""
+        if self.config.lm_threads:
+            return self.config.lm_threads
+        lm = self.active_lm()
+        return 1 if lm is None or is_embedded(lm) else HOSTED_LM_THREADS
 
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text``: the ``token_counter=`` given, else the active LM's tokenizer, else the estimate."""
@@ -122,11 +137,15 @@ class MemoryAgent(dspy.Module):
         overhead = self.prompt_tokens(predictor, **empty_inputs)
         budget = int(self.window * self.config.chunk_ratio) - overhead
         if budget < MIN_INPUT_BUDGET:
-            raise ValueError(
+            raise ConfigError(
                 f"{self.name} window of {self.window} tokens leaves {budget} for input after {overhead} tokens of "
                 f"instructions and demos; raise AMB_{self.name.upper()}_WINDOW"
             )
         return budget
+
+    def check_window(self) -> None:
+        """Raise :class:`ConfigError` when the window leaves no room for input; the bank calls it before
+        any LM call. Agents whose prompts are not sized to a window have nothing to check."""
 
     # --- calling the LM -------------------------------------------------------------------------
 
@@ -179,16 +198,9 @@ def dedupe(items: list[str]) -> list[str]:
     return out
 
 
-_STOPWORDS = frozenset(
-    "about after also among been before being between both could does during each from have having into "
-    "more most other over same some such than that their them then there these they this those through "
-    "under until very were what when where which while will with would your".split()
-)
-
-
 def fallback_keywords(text: str, limit: int = 5) -> list[str]:
     """The most frequent words of four letters or more (first occurrence breaks ties), for clusters the LM did not describe."""
-    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in _STOPWORDS]
+    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in STOPWORDS]
     counts = Counter(w.lower() for w in words)
     first: dict[str, str] = {}
     for w in words:

@@ -26,6 +26,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from amb_dspy.text import split_paragraphs, split_sentences
+
 TokenCounter = Callable[[str], int]
 
 # One match per thing a BPE tokenizer gives at least one token: a word (split at case changes), a run of
@@ -68,26 +70,6 @@ def token_counter_for(lm: Any) -> TokenCounter:
         if callable(counter):
             return counter
     return estimate_tokens
-
-
-def split_paragraphs(text: str) -> list[str]:
-    """The non-empty paragraphs of ``text`` (blank-line separated), stripped."""
-    return [p.strip() for p in re.split(r"\n[ \t\r\f\v]*\n", text) if p.strip()]
-
-
-# A sentence ends after . ! ? (plus closing quotes/brackets) followed by whitespace, or after CJK full stops.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*\s*")
-
-
-def split_sentences(text: str) -> list[str]:
-    """``text`` cut after each sentence end; every piece keeps its trailing whitespace, so they join back losslessly."""
-    pieces, start = [], 0
-    for match in _SENTENCE_END.finditer(text):
-        if match.end() < len(text):
-            pieces.append(text[start : match.end()])
-            start = match.end()
-    pieces.append(text[start:])
-    return [p for p in pieces if p]
 
 
 def hard_split(text: str, max_tokens: int, count: TokenCounter) -> list[str]:

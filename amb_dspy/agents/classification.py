@@ -25,6 +25,8 @@ from pydantic import BaseModel, Field
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
 from amb_dspy.agents.chunking import TokenCounter, pack, segment
 from amb_dspy.config import AmbConfig
+from amb_dspy.parallel import map_in_context
+from amb_dspy.text import locate
 
 
 class Cluster(BaseModel):
@@ -32,6 +34,8 @@ class Cluster(BaseModel):
     context: str = Field(description="one sentence naming the topic")
     content: str = Field(description="the original text of the cluster's segments, in input order")
     keywords: list[str]
+    spans: list[tuple[int, int]] = Field(default_factory=list,
+                                         description="[start, end) of each of its segments in the classified text")
 
 
 class ClassificationOutput(BaseModel):
@@ -83,6 +87,9 @@ class ClassificationAgent(MemoryAgent):
         self.max_segment_tokens = max_segment_tokens
         self.classify = dspy.Predict(ClassifySegments)
 
+    def check_window(self) -> None:
+        self.content_budget(self.classify, task_goal="", segments="")
+
     def forward(self, context: str, task_goal: str = "") -> ClassificationOutput:
         if not context.strip():
             return ClassificationOutput(should_cluster=False, clusters=[])
@@ -91,20 +98,24 @@ class ClassificationAgent(MemoryAgent):
         segments = segment(context, min(self.max_segment_tokens, budget - number_cost), self.count_tokens)
         # Pack with global numbers: a chunk's local numbers are never wider, so it can only shrink.
         numbered = [f"[{i}] {s}" for i, s in enumerate(segments, 1)]
-        groups: list[tuple[str, list[str], list[int]]] = []
-        for chunk in pack(numbered, budget, self.count_tokens):
-            groups.extend((ctx, kws, [chunk[i] for i in members]) for ctx, kws, members in
-                          self._classify_chunk([segments[i] for i in chunk], task_goal))
+        chunks = pack(numbered, budget, self.count_tokens)
+        topics = map_in_context(lambda chunk: self._classify_chunk([segments[i] for i in chunk], task_goal),
+                                chunks, self.lm_threads())
+        groups: list[tuple[str, list[str], list[int]]] = [
+            (ctx, kws, [chunk[i] for i in members]) for chunk, found in zip(chunks, topics) for ctx, kws, members in found
+        ]
 
         assigned = sorted(i for _, _, members in groups for i in members)
         if assigned != list(range(len(segments))):
             raise RuntimeError("classification lost or duplicated a segment")  # a bug, never the LM's doing
+        spans = locate(context, segments)
         clusters = [
             Cluster(
                 cluster_id=f"c{n}",
                 context=ctx,
                 content="\n\n".join(segments[i] for i in members),
                 keywords=kws,
+                spans=[spans[i] for i in members],
             )
             for n, (ctx, kws, members) in enumerate(groups, 1)
         ]

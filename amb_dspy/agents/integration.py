@@ -23,6 +23,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
+from amb_dspy.storage.content import ContextUpdate, NodeContent
 
 
 class NeighborInfo(BaseModel):
@@ -31,35 +32,16 @@ class NeighborInfo(BaseModel):
     keywords: list[str] = Field(default_factory=list)
 
 
-class NodeWithNeighbors(BaseModel):
+class NodeWithNeighbors(NodeContent):
     id: str
-    summary: str
-    context: str
-    keywords: list[str] = Field(default_factory=list)
     neighbors: list[NeighborInfo] = Field(default_factory=list)
 
 
-class MergedNode(BaseModel):
-    summary: str
-    context: str
-    keywords: list[str]
-
-
-class NeighborUpdate(BaseModel):
-    context: str
-    keywords: list[str]
-
-
 class IntegrationOutput(BaseModel):
-    merged_node: MergedNode
-    neighbor_updates: dict[str, NeighborUpdate]
+    # None: nothing was merged (the deterministic fallback never merges); the nodes stay as they are.
+    merged_node: NodeContent | None
+    neighbor_updates: dict[str, ContextUpdate]
     interaction_tree_description: str
-
-
-class MergeSource(BaseModel):
-    summary: str
-    context: str
-    keywords: list[str]
 
 
 class NeighborBrief(BaseModel):
@@ -84,7 +66,7 @@ class MergeConflictingNodes(dspy.Signature):
     one or two sentences for the history log: what was merged, which claim was kept and why.
     """
 
-    nodes: list[MergeSource] = dspy.InputField(desc="the conflicting nodes to merge")
+    nodes: list[NodeContent] = dspy.InputField(desc="the conflicting nodes to merge")
     validation_result: str = dspy.InputField(desc="what cross-validation found about the conflict")
     neighbors: list[NeighborBrief] = dspy.InputField(desc="nodes linked to the merged ones, each with a number")
     merged_summary: str = dspy.OutputField(desc="the merged structured summary")
@@ -115,7 +97,7 @@ class IntegrationAgent(MemoryAgent):
         neighbors = list(inherited.values())
 
         inputs = dict(
-            nodes=[MergeSource(summary=n.summary, context=n.context, keywords=n.keywords) for n in nodes_to_merge],
+            nodes=[NodeContent(summary=n.summary, context=n.context, keywords=n.keywords) for n in nodes_to_merge],
             validation_result=validation_result,
             neighbors=[NeighborBrief(number=i, context=n.context, keywords=n.keywords) for i, n in enumerate(neighbors, 1)],
         )
@@ -127,13 +109,13 @@ class IntegrationAgent(MemoryAgent):
         summary = str(prediction.merged_summary or "").strip()
         if not summary:
             raise self.fail("the LM returned an empty merged summary", prediction)
-        merged = MergedNode(
+        merged = NodeContent(
             summary=summary,
             context=str(prediction.merged_context or "").strip() or "; ".join(dedupe([n.context for n in nodes_to_merge])),
             keywords=dedupe(prediction.merged_keywords or []) or dedupe([k for n in nodes_to_merge for k in n.keywords]),
         )
 
-        updates: dict[str, NeighborUpdate] = {}
+        updates: dict[str, ContextUpdate] = {}
         rewrites = prediction.neighbor_updates or []
         unknown = sorted({r.neighbor for r in rewrites if not 1 <= r.neighbor <= len(neighbors)})
         if unknown:
@@ -142,7 +124,7 @@ class IntegrationAgent(MemoryAgent):
             if not 1 <= rewrite.neighbor <= len(neighbors):
                 continue
             neighbor = neighbors[rewrite.neighbor - 1]
-            updates.setdefault(neighbor.id, NeighborUpdate(
+            updates.setdefault(neighbor.id, ContextUpdate(
                 context=rewrite.context.strip() or neighbor.context,
                 keywords=dedupe(rewrite.keywords) or list(neighbor.keywords),
             ))

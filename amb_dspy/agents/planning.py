@@ -59,6 +59,14 @@ def cross_validation_task(conflict: ConflictNotification) -> str:
     )
 
 
+ANSWER_FROM_MEMORY = "Answer the task goal from memory"
+
+
+def answer_from_memory_task(task_goal: str) -> str:
+    """The task that asks the executor to answer the goal; it quotes the goal so memory retrieval finds it."""
+    return f"{ANSWER_FROM_MEMORY}: {task_goal.strip()}"
+
+
 def conflicting_node_ids(task: str) -> list[str]:
     """The node ids named by a :func:`cross_validation_task` text; ValueError for any other text."""
     match = _CROSS_VALIDATE.match(task.strip())

@@ -58,3 +58,14 @@ def open_store_or_notice(config: AmbConfig | None = None, *, embedder: Embedder 
         return open_store(config, embedder=embedder, **options), None
     except StoreUnavailableError as exc:
         return None, f"no long-term memory this run: {exc}"
+
+
+def store_exists(config: AmbConfig) -> bool:
+    """Whether a long-term store was written before: a server is named, or its file or folder is there."""
+    if config.longterm_backend == "chroma":
+        from amb_dspy.longterm.chroma import FOLDER_NAME
+
+        return bool(config.longterm_url) or (config.storage_dir / FOLDER_NAME).exists()
+    from amb_dspy.longterm.sqlite import FILE_NAME
+
+    return (config.storage_dir / FILE_NAME).exists()

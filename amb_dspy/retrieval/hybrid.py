@@ -70,6 +70,38 @@ class HybridIndex:
         self._id_of[key] = doc_id
         self._alive[key] = True
 
+    def add_many(self, doc_ids: list[str], texts: list[str], vectors: np.ndarray) -> None:
+        """Index many documents at once, all or none: one FAISS write for all the vectors instead of one
+        per document (a 5,000-document corpus loads in a fraction of the time). They take new keys."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(texts) != len(doc_ids) or vectors.shape != (len(doc_ids), self.dim):
+            raise ValueError(f"{len(doc_ids)} ids, {len(texts)} texts and vectors of shape {vectors.shape} "
+                             f"(expected {(len(doc_ids), self.dim)})")
+        if len(set(doc_ids)) != len(doc_ids) or any(d in self._key_of for d in doc_ids):
+            raise KeyError("document ids must be distinct and not indexed yet")
+        if not doc_ids:
+            return
+        token_lists = [tokenize(text) for text in texts]
+        keys = np.arange(self._next_key, self._next_key + len(doc_ids))
+        if keys[-1] >= len(self._alive):
+            self._alive = np.concatenate([self._alive, np.zeros(max(len(self._alive), len(keys)), dtype=bool)])
+        self.vector.add(keys, vectors)
+        added: list[int] = []
+        try:
+            for key, tokens in zip(keys.tolist(), token_lists):
+                self.keyword.add(key, tokens)
+                added.append(key)
+        except BaseException:
+            for key in added:
+                self.keyword.remove(key)
+            self.vector.remove(keys)
+            raise
+        self._next_key += len(doc_ids)
+        for key, doc_id in zip(keys.tolist(), doc_ids):
+            self._key_of[doc_id] = key
+            self._id_of[key] = doc_id
+        self._alive[keys] = True
+
     def remove(self, doc_id: str) -> None:
         key = self._key_of[doc_id]
         self._take(key)

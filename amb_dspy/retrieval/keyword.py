@@ -19,7 +19,7 @@ _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 # A short English stop list: these words carry no topic, and dropping them sharpens BM25 on
 # question-style queries ("what is the ... of the ...").
 STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below
+    """a about above after again also among against all am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have
     having he her here hers herself him himself his how i if in into is it its itself just me more most my
     myself no nor not now of off on once only or other our ours ourselves out over own same she should so

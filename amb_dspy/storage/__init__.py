@@ -1,5 +1,7 @@
 """The three storage layers: pure data and their invariants, no LM and no I/O beyond (de)serialisation."""
 
+from amb_dspy.storage.content import ContextUpdate, NodeContent
+from amb_dspy.storage.hops import Hop, HopCall, hop_summary
 from amb_dspy.storage.insight_doc import CompletedTask, InsightDoc, TaskStatus, TaskType
 from amb_dspy.storage.interaction_tree import (
     Attachment,
@@ -9,10 +11,10 @@ from amb_dspy.storage.interaction_tree import (
     MergeEvent,
     TreeError,
 )
-from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, node_text
+from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, Source, merge_sources, node_text
 
 __all__ = [
-    "Attachment", "AttachmentType", "CompletedTask", "GraphError", "InsightDoc", "InteractionEntry",
-    "InteractionTree", "MergeEvent", "QueryGraph", "QueryGraphNode", "TaskStatus", "TaskType", "TreeError",
-    "node_text",
+    "Attachment", "AttachmentType", "CompletedTask", "ContextUpdate", "GraphError", "Hop", "HopCall", "InsightDoc", "InteractionEntry",
+    "InteractionTree", "MergeEvent", "NodeContent", "QueryGraph", "QueryGraphNode", "Source", "TaskStatus", "TaskType", "TreeError",
+    "hop_summary", "merge_sources", "node_text",
 ]

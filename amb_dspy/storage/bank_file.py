@@ -15,11 +15,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 
-SCHEMA_VERSION = 1
+# 2: nodes carry their sources (entry id + character spans) and the file names its embedding model.
+# Files of version 1 still load, their nodes without sources.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FORMAT_NAME = "amb-dspy-bank"
 
 
@@ -44,19 +48,28 @@ class BankFile(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    embedding_model: str | None = None
+    hops: list[Hop] = []
     insight_doc: InsightDoc | None
     query_graph: _GraphData
     interaction_tree: _TreeData
 
 
 def dump_bank(path: str | Path, insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree,
-              embedding_dim: int) -> Path:
+              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = ()) -> Path:
     """Write the bank atomically (a temporary file renamed into place)."""
-    path = Path(path)
-    payload: dict[str, Any] = {
+    return write_json_atomically(path, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
+
+
+def bank_payload(insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree, embedding_dim: int,
+                 embedding_model: str | None = None, hops: list[Hop] = ()) -> dict[str, Any]:
+    """The bank as the JSON object a bank file holds."""
+    return {
+        "hops": [hop.model_dump(mode="json") for hop in hops],
         "format": FORMAT_NAME,
         "schema_version": SCHEMA_VERSION,
+        "embedding_model": embedding_model,
         "insight_doc": insight_doc.model_dump(mode="json") if insight_doc else None,
         "query_graph": {
             "embedding_dim": embedding_dim,
@@ -64,6 +77,12 @@ def dump_bank(path: str | Path, insight_doc: InsightDoc | None, graph: QueryGrap
         },
         "interaction_tree": tree.to_dict(),
     }
+
+
+def write_json_atomically(path: str | Path, payload: Any) -> Path:
+    """``payload`` as JSON at ``path``, written to a temporary file and renamed into place: a reader
+    (or a process killed mid-write) sees the old file or the new one, never half of one."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -82,9 +101,38 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, QueryGraph, InteractionTree]:
-    """Read and fully validate a bank file; raise BankFileError (one line) if it is not a valid bank."""
+class LoadedBank(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    insight_doc: InsightDoc | None
+    graph: QueryGraph
+    tree: InteractionTree
+    embedding_model: str | None
+    hops: list[Hop] = []
+
+
+def load_bank(path: str | Path, embedding_dim: int | None) -> LoadedBank:
+    """Read and fully validate a bank file; raise BankFileError (one line) if it is not a valid bank.
+
+    ``embedding_dim=None`` accepts the dimension the file declares (every node must still have it):
+    for readers that only look at a bank and never embed anything into it.
+    """
     path = Path(path)
+    return bank_from_payload(_read_json(path), embedding_dim, path)
+
+
+def bank_from_payload(raw: Any, embedding_dim: int | None, where: str | Path) -> LoadedBank:
+    """A bank from the JSON object a bank file holds, validated in full (BankFileError naming ``where``)."""
+    path = Path(where)
+    _check_header(path, raw)
+    try:
+        return _validated(path, raw, embedding_dim)
+    except RecursionError:  # metadata nested deeper than Python's stack, though the JSON parser coped
+        raise BankFileError(f"{path}: invalid bank file: data nested too deeply") from None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """The bank file's top-level JSON object, its format name and schema version checked."""
     if not path.is_file():
         raise BankFileError(f"{path}: no such bank file")
     try:
@@ -95,17 +143,32 @@ def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, 
         raise BankFileError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__})") from None
     except json.JSONDecodeError as exc:
         raise BankFileError(f"{path}: not valid JSON (truncated or corrupt?) at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BankFileError(f"{path}: JSON nested too deeply to be a bank file") from None
+    except ValueError as exc:  # e.g. an integer of more digits than Python converts
+        raise BankFileError(f"{path}: not a valid bank file ({' '.join(str(exc).split())[:150]})") from None
+    return raw
+
+
+def _check_header(path: Path, raw: Any) -> None:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME:
         raise BankFileError(f"{path}: not an amb-dspy bank file (missing format '{FORMAT_NAME}')")
-    if raw.get("schema_version") != SCHEMA_VERSION:
+    version = raw.get("schema_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:  # `true` == 1, but it is no version number
         raise BankFileError(
-            f"{path}: bank schema version {raw.get('schema_version')!r} is not supported (this amb-dspy reads {SCHEMA_VERSION})"
+            f"{path}: bank schema version {repr(version)[:50]} is not supported "
+            f"(this amb-dspy reads {', '.join(map(str, READABLE_VERSIONS))})"
         )
+
+
+def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBank:
     try:
         data = BankFile.model_validate(raw)
     except ValidationError as exc:
         raise BankFileError(f"{path}: invalid bank file: {_first_error(exc)}") from None
-    if data.query_graph.embedding_dim != embedding_dim:
+    if embedding_dim is None:
+        embedding_dim = data.query_graph.embedding_dim
+    elif data.query_graph.embedding_dim != embedding_dim:
         raise BankFileError(
             f"{path}: embeddings have dimension {data.query_graph.embedding_dim}, the embedder gives {embedding_dim}"
         )
@@ -122,6 +185,22 @@ def load_bank(path: str | Path, embedding_dim: int) -> tuple[InsightDoc | None, 
         for node_id in tree.node_to_entries:
             if node_id not in graph.nodes_dict:
                 raise GraphError(f"interaction entries are linked to unknown node {node_id!r}")
+        check_sources(graph, tree)
     except (GraphError, ValueError) as exc:
         raise BankFileError(f"{path}: inconsistent bank: {exc}") from None
-    return data.insight_doc, graph, tree
+    return LoadedBank(insight_doc=data.insight_doc, graph=graph, tree=tree, embedding_model=data.embedding_model,
+                      hops=data.hops)
+
+
+def check_sources(graph: QueryGraph, tree: InteractionTree) -> None:
+    """Every node's sources name one of its entries, with spans inside that entry's text (GraphError if not)."""
+    for node in graph.nodes_dict.values():
+        linked = set(tree.node_to_entries.get(node.id, ()))
+        for source in node.sources:
+            if source.entry_id not in linked:
+                raise GraphError(f"node {node.id!r} names a source entry {source.entry_id!r} it is not linked to")
+            size = len(tree.entries[source.entry_id].text)
+            for start, end in source.spans:
+                if not 0 <= start < end <= size:
+                    raise GraphError(f"node {node.id!r} has a source span [{start}, {end}) outside its entry "
+                                     f"of {size} characters")

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from enum import Enum
 from types import MappingProxyType
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PrivateAttr
 
-from amb_dspy.storage.clock import now
+from amb_dspy.storage.clock import Timestamp, now
 
 
 def new_id() -> str:
@@ -68,7 +70,7 @@ class InteractionEntry(BaseModel):
 
     entry_id: str = Field(default_factory=new_id)
     text: str
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     metadata: FrozenMetadata = Field(default_factory=dict)
     attachments: tuple[Attachment, ...] = ()
 
@@ -79,7 +81,7 @@ class MergeEvent(BaseModel):
     event_id: str = Field(default_factory=new_id)
     merged_node_ids: tuple[str, ...]
     new_node_id: str
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     description: str = ""
 
 
@@ -93,6 +95,8 @@ class InteractionTree(BaseModel):
     _entries: dict[str, InteractionEntry] = PrivateAttr(default_factory=dict)
     _node_to_entries: dict[str, list[str]] = PrivateAttr(default_factory=dict)
     _merge_events: list[MergeEvent] = PrivateAttr(default_factory=list)
+    # Inside atomic(): how many entries there were, and the index as it was before the block's first change.
+    _journal: tuple[int, tuple | None] | None = PrivateAttr(default=None)
 
     @property
     def entries(self) -> Mapping[str, InteractionEntry]:
@@ -115,9 +119,36 @@ class InteractionTree(BaseModel):
         return sorted(found, key=lambda e: e.timestamp)
 
     # --- appends: called only by graph_ops ---------------------------------------------------
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """Appends and re-links made inside the block are taken back if it raises, so the tree is exactly
+        as it was; entries from before the block are never touched. Nested blocks join the outer one."""
+        if self._journal is not None:
+            yield
+            return
+        self._journal = (len(self._entries), None)
+        try:
+            yield
+        except BaseException:
+            count, index = self._journal
+            for entry_id in list(self._entries)[count:]:
+                del self._entries[entry_id]
+            if index is not None:
+                self._node_to_entries = {k: list(v) for k, v in index[0].items()}
+                self._merge_events = list(index[1])
+            raise
+        finally:
+            self._journal = None
+
+    def _before_change(self) -> None:
+        if self._journal is not None and self._journal[1] is None:
+            index = ({k: list(v) for k, v in self._node_to_entries.items()}, list(self._merge_events))
+            self._journal = (self._journal[0], index)
+
     def add_entry(self, entry: InteractionEntry, node_ids: list[str] = ()) -> None:
         if entry.entry_id in self._entries:
             raise TreeError(f"entry {entry.entry_id!r} already exists; entries are never replaced")
+        self._before_change()
         self._entries[entry.entry_id] = entry
         for node_id in node_ids:
             self.link(node_id, entry.entry_id)
@@ -125,12 +156,14 @@ class InteractionTree(BaseModel):
     def link(self, node_id: str, entry_id: str) -> None:
         if entry_id not in self._entries:
             raise TreeError(f"no entry {entry_id!r} to link to node {node_id!r}")
+        self._before_change()
         linked = self._node_to_entries.setdefault(node_id, [])
         if entry_id not in linked:
             linked.append(entry_id)
 
     def relink_merged(self, event: MergeEvent) -> None:
         """Point the merged nodes' entries at the new node and record the merge."""
+        self._before_change()
         moved: list[str] = list(self._node_to_entries.get(event.new_node_id, []))
         for old in event.merged_node_ids:
             for entry_id in self._node_to_entries.pop(old, []):
@@ -142,23 +175,8 @@ class InteractionTree(BaseModel):
 
     def unlink_node(self, node_id: str) -> list[str]:
         """Forget which entries belong to a node that left the graph (the entries stay)."""
+        self._before_change()
         return self._node_to_entries.pop(node_id, [])
-
-    # --- undo hooks for graph_ops' transactions (they only take back this transaction's appends)
-    def _undo_add_entry(self, entry_id: str) -> None:
-        self._entries.pop(entry_id, None)
-        for linked in self._node_to_entries.values():
-            if entry_id in linked:
-                linked.remove(entry_id)
-        for node_id in [k for k, v in self._node_to_entries.items() if not v]:
-            del self._node_to_entries[node_id]
-
-    def _restore_index(self, node_to_entries: dict[str, list[str]], merge_events: list[MergeEvent]) -> None:
-        self._node_to_entries = {k: list(v) for k, v in node_to_entries.items()}
-        self._merge_events = list(merge_events)
-
-    def _snapshot_index(self) -> tuple[dict[str, list[str]], list[MergeEvent]]:
-        return {k: list(v) for k, v in self._node_to_entries.items()}, list(self._merge_events)
 
     # --- (de)serialisation -------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +187,7 @@ class InteractionTree(BaseModel):
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "InteractionTree":
+    def from_dict(cls, data: Mapping[str, Any]) -> InteractionTree:
         tree = cls()
         for raw in data.get("entries", []):
             tree.add_entry(InteractionEntry.model_validate(raw))

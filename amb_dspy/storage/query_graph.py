@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
-from amb_dspy.storage.clock import now
+from amb_dspy.storage.clock import Timestamp, now
 
 
 def _as_vector(value: Any) -> np.ndarray:
@@ -32,6 +32,37 @@ Vector = Annotated[
 ]
 
 
+Span = tuple[int, int]
+
+
+class Source(BaseModel):
+    """Where a node came from: an interaction entry, and the ``[start, end)`` character spans of that
+    entry's text that the node was built from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entry_id: str
+    spans: tuple[Span, ...]
+
+
+def merge_sources(*groups: list[Source]) -> list[Source]:
+    """The union of several nodes' sources: one record per entry, its spans sorted and joined where they meet."""
+    by_entry: dict[str, list[Span]] = {}
+    for sources in groups:
+        for source in sources:
+            by_entry.setdefault(source.entry_id, []).extend(source.spans)
+    merged = []
+    for entry_id, spans in by_entry.items():
+        joined: list[list[int]] = []
+        for start, end in sorted(spans):
+            if joined and start <= joined[-1][1]:
+                joined[-1][1] = max(joined[-1][1], end)
+            else:
+                joined.append([start, end])
+        merged.append(Source(entry_id=entry_id, spans=tuple((a, b) for a, b in joined)))
+    return merged
+
+
 class QueryGraphNode(BaseModel):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -40,8 +71,9 @@ class QueryGraphNode(BaseModel):
     context: str
     keywords: list[str] = Field(default_factory=list)
     embedding: Vector
-    timestamp: float = Field(default_factory=now)
+    timestamp: Timestamp = Field(default_factory=now)
     links: list[str] = Field(default_factory=list)
+    sources: list[Source] = Field(default_factory=list)
 
     @property
     def embedding_text(self) -> str:
@@ -118,6 +150,21 @@ class QueryGraph(BaseModel):
         node_a.links.remove(b)
         node_b.links.remove(a)
         return True
+
+    def restore_edge(self, a: str, b: str, index_in_a: int, index_in_b: int) -> None:
+        """Put back a removed edge at the places it had in both link lists (for a rollback)."""
+        self.node(a).links.insert(index_in_a, b)
+        self.node(b).links.insert(index_in_b, a)
+
+    def order(self) -> list[str]:
+        """The node ids in the graph's order (insertion order)."""
+        return list(self.nodes_dict)
+
+    def reorder(self, order: list[str]) -> None:
+        """Put the nodes back in ``order`` (ids not in the graph are skipped; for a rollback)."""
+        items = [(node_id, self.nodes_dict[node_id]) for node_id in order if node_id in self.nodes_dict]
+        self.nodes_dict.clear()
+        self.nodes_dict.update(items)
 
     def delete_node(self, node_id: str) -> QueryGraphNode:
         node = self.node(node_id)

@@ -5,7 +5,8 @@ A corpus is either
 * a folder: every ``.txt``, ``.md``/``.markdown`` and ``.html``/``.htm`` file under it (recursively,
   hidden files and folders skipped) is one document. Its id is its path relative to the folder
   (``city/harbour.md``), its URL ``corpus://<id>``, its title the first Markdown heading, the HTML
-  ``<title>``/``<h1>``, or else the file name; or
+  ``<title>``/``<h1>``, or else the file name. A link to a file outside the folder, and a file of
+  binary data, are skipped with a one-line notice; or
 * a JSONL file of passages, one JSON object a line, with these fields:
 
   - ``text`` (required; ``contents``, ``content``, ``passage`` or ``body`` are accepted instead; a
@@ -28,14 +29,20 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from amb_dspy.notices import Notify, notice
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.tools.search import DEFAULT_K, SearchResult
 from amb_dspy.tools.text import html_to_text, split_passages
+from amb_dspy.tools.types import DEFAULT_K, SearchResult
+
+if TYPE_CHECKING:
+    from amb_dspy.config import AmbConfig
 
 CORPUS_SCHEME = "corpus://"
 TEXT_SUFFIXES = {".txt", ".md", ".markdown"}
@@ -57,12 +64,16 @@ class Document(BaseModel):
     text: str
 
 
-def _read_text(path: Path) -> str:
-    data = path.read_bytes()
+def _decode(data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         return data.decode("latin-1")
+
+
+def is_binary(data: bytes) -> bool:
+    """A NUL byte in the first 8 KB: what git and grep take for binary data (UTF-16 text included)."""
+    return b"\x00" in data[:8192]
 
 
 def _title_from_name(path: Path) -> str:
@@ -77,38 +88,54 @@ def _markdown_title(text: str) -> str | None:
     return None
 
 
-def _load_folder(root: Path) -> list[Document]:
-    documents = []
+def folder_files(root: Path, notify: Notify = notice) -> list[tuple[str, Path]]:
+    """A folder corpus's files as ``(id, path)``, sorted: .txt/.md/.html, hidden ones left out.
+
+    A link that leads outside the folder (to ``/etc/passwd``, say) is skipped with a notice: a
+    corpus holds what is inside its folder and nothing else.
+    """
+    inside = root.resolve()
+    files = []
     for path in sorted(root.rglob("*")):
         relative = path.relative_to(root)
-        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+        if any(part.startswith(".") for part in relative.parts):
             continue
-        suffix = path.suffix.lower()
-        if suffix in HTML_SUFFIXES:
-            title, text = html_to_text(path.read_bytes())
-        elif suffix in TEXT_SUFFIXES:
-            text = _read_text(path).strip()
-            title = _markdown_title(text) if suffix != ".txt" else None
-        else:
+        if path.suffix.lower() not in TEXT_SUFFIXES | HTML_SUFFIXES or not path.is_file():
             continue
-        if not text.strip():
+        if not path.resolve().is_relative_to(inside):
+            notify(f"skipped corpus file {relative.as_posix()}: a link to a file outside the corpus folder")
             continue
-        doc_id = relative.as_posix()
-        documents.append(Document(id=doc_id, title=title or _title_from_name(path), url=CORPUS_SCHEME + doc_id,
-                                  text=text))
-    if not documents:
-        raise CorpusError(f"no .txt, .md or .html documents under {root}")
-    return documents
+        files.append((relative.as_posix(), path))
+    return files
+
+
+def read_document(doc_id: str, path: Path) -> tuple[Document | None, str]:
+    """One file of a folder corpus as a document, or ``(None, why)``: ``why`` is empty for an empty file."""
+    data = path.read_bytes()
+    if is_binary(data):
+        return None, f"skipped corpus file {doc_id}: binary data, not text"
+    if path.suffix.lower() in HTML_SUFFIXES:
+        title, text = html_to_text(data)
+    else:
+        text = _decode(data).strip()
+        title = _markdown_title(text) if path.suffix.lower() != ".txt" else None
+    if not text.strip():
+        return None, ""
+    return Document(id=doc_id, title=title or _title_from_name(path), url=CORPUS_SCHEME + doc_id, text=text), ""
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^\w]+", "-", text.lower()).strip("-")
 
 
-def _load_jsonl(path: Path) -> list[Document]:
+def load_jsonl(path: Path) -> list[Document]:
+    """The documents of a JSONL file of passages (see the module docstring); CorpusError if malformed."""
+    data = path.read_bytes()
+    if is_binary(data):
+        raise CorpusError(f"{path}: binary data, not a JSONL file of passages")
     parts: dict[str, list[str]] = {}
     meta: dict[str, tuple[str, str, str, int]] = {}  # document key -> (title, url, id, first line)
-    for lineno, line in enumerate(_read_text(path).splitlines(), 1):
+    for lineno, line in enumerate(_decode(data).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -145,46 +172,73 @@ def _load_jsonl(path: Path) -> list[Document]:
     return documents
 
 
+def split_documents(documents: list[Document], passage_words: int = 100) -> list[tuple[int, str]]:
+    """Every document's passages as ``(document index, passage text)``, in document order."""
+    return [(d, passage) for d, doc in enumerate(documents) for passage in split_passages(doc.text, max_words=passage_words)]
+
+
+def passage_texts(documents: list[Document], passages: list[tuple[int, str]]) -> list[str]:
+    """What is indexed (embedded and BM25-tokenised) for each passage: its document's title, then the passage."""
+    return [f"{documents[d].title}\n{passage}" for d, passage in passages]
+
+
 def _snippet(passage: str) -> str:
     """A passage as a search snippet: Markdown heading marks dropped (the title is shown anyway)."""
     return "\n".join(_MD_HEADING.sub(r"\1", line) for line in passage.splitlines())
 
 
 class LocalCorpus:
-    """Documents split into passages, with BM25 + FAISS (``HybridIndex``) over the passages."""
+    """Documents split into passages, with BM25 + FAISS (``HybridIndex``) over the passages.
+
+    ``LocalCorpus(documents, embedder)`` splits and embeds the documents; :meth:`load` reads a folder
+    or a JSONL file and, given a ``cache_dir``, embeds each passage once across runs (see
+    :mod:`amb_dspy.tools.corpus_cache`).
+    """
 
     def __init__(self, documents: list[Document], embedder: Embedder, *, passage_words: int = 100,
-                 alpha: float = 0.5, source: str = ""):
+                 alpha: float = 0.5, source: str = "", passages: list[tuple[int, str]] | None = None,
+                 vectors: np.ndarray | None = None):
         if not documents:
             raise CorpusError("a corpus needs at least one document")
         self.documents = list(documents)
         self.embedder = embedder
         self.alpha = alpha
         self.source = source
-        self._passages: list[tuple[int, str]] = []  # passage key -> (document index, passage text)
-        for d, doc in enumerate(self.documents):
-            for passage in split_passages(doc.text, max_words=passage_words):
-                self._passages.append((d, passage))
-        texts = [f"{self.documents[d].title}\n{p}" for d, p in self._passages]
-        vectors = embedder.embed(texts)
+        # passage key -> (document index, passage text); given by a cache, or split here
+        self._passages = passages if passages is not None else split_documents(self.documents, passage_words)
+        texts = passage_texts(self.documents, self._passages)
+        vectors = embedder.embed(texts) if vectors is None else vectors
         self.index = HybridIndex(embedder.dim)
-        for key, (text, vector) in enumerate(zip(texts, vectors)):
-            self.index.add(str(key), text, vector)
+        self.index.add_many([str(key) for key in range(len(texts))], texts, vectors)
         self._lookup = self._build_lookup()
 
     @classmethod
-    def load(cls, path: str | Path, embedder: Embedder, **kwargs) -> "LocalCorpus":
-        """A corpus from a folder of documents or a JSONL file of passages (see the module docstring)."""
+    def load(cls, path: str | Path, embedder: Embedder, *, cache_dir: str | Path | None = None,
+             passage_words: int = 100, alpha: float = 0.5, notify: Notify = notice,
+             progress: bool | None = None) -> LocalCorpus:
+        """A corpus from a folder of documents or a JSONL file of passages (see the module docstring).
+
+        With ``cache_dir``, passages and their vectors are kept there and reused while the corpus's
+        files are unchanged; only new or changed files are read and embedded again. ``progress``
+        shows a bar on stderr while embedding (None: in a terminal, or for more than a few hundred
+        passages). Skipped files and an unusable cache are reported through ``notify``, one line each.
+        """
+        from amb_dspy.tools.corpus_cache import build_parts
+
         path = Path(path).expanduser()
-        if path.is_dir():
-            documents = _load_folder(path)
-        elif path.is_file() and path.suffix.lower() in {".jsonl", ".ndjson"}:
-            documents = _load_jsonl(path)
-        elif path.is_file():
+        if path.is_file() and path.suffix.lower() not in {".jsonl", ".ndjson"}:
             raise CorpusError(f"{path} is neither a folder nor a .jsonl file of passages")
-        else:
+        if not path.exists():
             raise CorpusError(f"no corpus at {path}")
-        return cls(documents, embedder, source=str(path), **kwargs)
+        documents, passages, vectors = build_parts(path, embedder, cache_dir=cache_dir, passage_words=passage_words,
+                                                   notify=notify, progress=progress)
+        return cls(documents, embedder, alpha=alpha, source=str(path), passages=passages, vectors=vectors)
+
+    @classmethod
+    def from_config(cls, config: AmbConfig, embedder: Embedder, **kwargs) -> LocalCorpus:
+        """The corpus at ``config.corpus``, cached under ``config.cache_dir`` unless ``corpus_cache`` is off."""
+        cache_dir = config.cache_dir if config.corpus_cache else None
+        return cls.load(config.corpus, embedder, cache_dir=cache_dir, **kwargs)
 
     def __len__(self) -> int:
         return len(self.documents)

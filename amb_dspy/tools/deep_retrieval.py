@@ -4,6 +4,7 @@ For a node id it returns, as JSON, every Interaction Tree entry of the node (ent
 into it included), oldest first, with each attachment's file content: images as base64, documents
 and code as text (a document that is not text comes back as base64).
 
+A file's size is checked before it is read, and a file is read only as far as the output needs.
 Attachment paths are read only from inside the bank's storage directory: a relative path is taken
 relative to it, and any path that resolves outside it (``..``, an absolute path elsewhere, a
 symlink pointing out) is refused for that attachment. Output size is capped; long texts are cut
@@ -13,6 +14,7 @@ with a marker saying how much was left out.
 from __future__ import annotations
 
 import base64
+import codecs
 import json
 import mimetypes
 from datetime import datetime, timezone
@@ -51,9 +53,9 @@ class DeepRetrievalTool:
         self.max_text_chars = max_text_chars
         self.max_file_chars = max_file_chars
 
-    def __call__(self, node_id: str) -> str:
+    def __call__(self, node_id: str, sources_only: bool = False) -> str:
         try:
-            return self._retrieve(node_id)
+            return self._retrieve(node_id, sources_only)
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
             return f"Error: deep_retrieval failed: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
 
@@ -91,6 +93,7 @@ class DeepRetrievalTool:
         return path if path.is_relative_to(root) else None
 
     def _attachment(self, attachment: Attachment) -> dict[str, Any]:
+        """One attachment with its content, read only as far as the per-file limit needs (size checked first)."""
         out: dict[str, Any] = {"id": attachment.id, "type": attachment.type.value, "content": attachment.content}
         path = self._path_inside(attachment.content)
         if path is None:
@@ -99,30 +102,35 @@ class DeepRetrievalTool:
         if not path.is_file():
             out["error"] = "file not found in the bank's storage directory"
             return out
-        data = path.read_bytes()
+        size = path.stat().st_size
         if attachment.type is AttachmentType.IMAGE:
             out["mime_type"] = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-            return self._base64(out, data, "image")
+            return self._base64(out, path, size, "image")
+        # At most 4 bytes a character in UTF-8: this much holds the max_file_chars characters shown.
+        with path.open("rb") as handle:
+            head = handle.read(4 * self.max_file_chars + 4)
         text = None
-        if b"\x00" not in data[:4096]:
-            try:
-                text = data.decode("utf-8-sig")
+        if b"\x00" not in head[:4096]:
+            try:  # a character cut at the end of the head is left out, not an error
+                text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=len(head) == size)
             except UnicodeDecodeError:
                 text = None
         if text is not None and attachment.type is AttachmentType.DOCUMENT and path.suffix.lower() in (".html", ".htm"):
             text = html_to_text(text)[1]
         if text is not None:
             out["encoding"], out["file_content"] = "text", truncate(text, self.max_file_chars)
+            if len(head) < size:
+                out["note"] = f"only the first {len(head)} of {size} bytes were read"
             return out
-        return self._base64(out, data, "binary file")
+        return self._base64(out, path, size, "binary file")
 
-    def _base64(self, out: dict[str, Any], data: bytes, what: str) -> dict[str, Any]:
-        """Attach ``data`` base64-encoded, or say why it was left out (over the per-file limit)."""
-        encoded = base64.b64encode(data).decode("ascii")
-        if len(encoded) > self.max_file_chars:
-            out["error"] = f"{what} of {len(data)} bytes left out: over the {self.max_file_chars}-character limit"
+    def _base64(self, out: dict[str, Any], path: Path, size: int, what: str) -> dict[str, Any]:
+        """Attach the file base64-encoded, or say why it was left out (over the per-file limit, known from its size)."""
+        if 4 * ((size + 2) // 3) > self.max_file_chars:
+            out["error"] = f"{what} of {size} bytes left out: over the {self.max_file_chars}-character limit"
         else:
-            out["encoding"], out["file_content"] = "base64", encoded
+            with path.open("rb") as handle:  # no more than the size checked, should the file grow meanwhile
+                out["encoding"], out["file_content"] = "base64", base64.b64encode(handle.read(size)).decode("ascii")
         return out
 
     # --- the answer ----------------------------------------------------------------------------
@@ -158,13 +166,15 @@ class DeepRetrievalTool:
                 item["text"] = truncate(entry.text, max(_PREVIEW_CHARS, spare))
         return item
 
-    def _retrieve(self, node_id: str) -> str:
+    def _retrieve(self, node_id: str, sources_only: bool = False) -> str:
         requested = " ".join(str(node_id).split()).strip("<>[]\"'`")
         if not requested:
             return self._unknown("")
         resolved, note = self._resolve(requested)
         if resolved is None:
             return self._unknown(requested)
+        if sources_only:
+            return self._sources(resolved, note)
         entries = self.store.tree.entries_for(resolved)
         out: dict[str, Any] = {"node_id": resolved}
         node = self.store.graph.node(resolved)
@@ -185,4 +195,21 @@ class DeepRetrievalTool:
         if notes:
             out["note"] = "; ".join(notes)
         out["entries"] = items
+        return json.dumps(out, ensure_ascii=False)
+
+    def _sources(self, node_id: str, note: str | None) -> str:
+        """Only the exact raw text the node was built from: each source span with its entry and offsets."""
+        node = self.store.graph.node(node_id)
+        out: dict[str, Any] = {"node_id": node_id, "summary": node.summary}
+        spans, used = [], 0
+        for entry_id, start, end, text in self.store.source_texts(node_id):
+            shown = truncate(text, max(_PREVIEW_CHARS, self.max_chars - used))
+            used += len(shown)
+            spans.append({"entry_id": entry_id, "start": start, "end": end, "text": shown})
+        notes = [note] if note else []
+        if not spans:
+            notes.append("this node records no source spans (a bank written before sources were kept)")
+        if notes:
+            out["note"] = "; ".join(notes)
+        out["sources"] = spans
         return json.dumps(out, ensure_ascii=False)

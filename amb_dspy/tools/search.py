@@ -7,41 +7,27 @@ line, never as an exception, because the executor shows tool output to the LM as
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 import requests
-from pydantic import BaseModel, ConfigDict
+
+from amb_dspy.errors import one_line
+from amb_dspy.tools.corpus import LocalCorpus
+from amb_dspy.tools.observation import Observation
+from amb_dspy.tools.text import truncate
+from amb_dspy.tools.types import DEFAULT_K, SearchBackend, SearchError, SearchResult
 
 if TYPE_CHECKING:
     from amb_dspy.config import AmbConfig
     from amb_dspy.retrieval.embedding import Embedder
 
 SERPER_ENDPOINT = "https://google.serper.dev/search"
-DEFAULT_K = 10
-
-
-class SearchResult(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    title: str
-    url: str
-    snippet: str
-    date: str | None = None
-
-
-class SearchError(RuntimeError):
-    """A search backend could not answer; the message is one line."""
-
-
-@runtime_checkable
-class SearchBackend(Protocol):
-    def search(self, query: str, k: int = DEFAULT_K) -> list[SearchResult]: ...
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    """An exception as one short line (requests' messages can span lines and repeat the URL)."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+NO_BACKEND = ("Error: no search backend is configured; set SERPER_API_KEY or give a local corpus "
+              "(amb run --corpus PATH or AMB_CORPUS).")
+# What one result shows the LM: real titles and snippets are far shorter. A longer one is cut in the
+# LM's view only; memory records it whole (see amb_dspy.tools.observation).
+MAX_TITLE_CHARS = 300
+MAX_SNIPPET_CHARS = 1_000
 
 
 class SerperSearch:
@@ -87,38 +73,51 @@ class SerperSearch:
         return results
 
 
-def make_search_backend(config: AmbConfig, embedder: Embedder | None = None) -> SearchBackend | None:
-    """Serper when ``SERPER_API_KEY`` is set, else the local corpus at ``config.corpus``, else None.
+def load_corpus(config: AmbConfig, embedder: Embedder) -> LocalCorpus | None:
+    """The local corpus at ``config.corpus`` (None when there is none); :class:`CorpusError` if it cannot be loaded."""
+    return LocalCorpus.from_config(config, embedder) if config.corpus is not None else None
 
-    Raises :class:`amb_dspy.tools.corpus.CorpusError` (one line) when the corpus cannot be loaded.
+
+def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) -> SearchBackend | None:
+    """The one place that decides what ``search`` searches.
+
+    A local corpus when one is given (``corpus``, loaded with :func:`load_corpus`), even with
+    ``SERPER_API_KEY`` set: a user who names a corpus means it, and the bank and its baselines must
+    search the same thing. Else Serper when ``SERPER_API_KEY`` is set. Else None, which the search tool
+    answers with a clear "no search backend" observation.
     """
+    if corpus is not None:
+        return corpus
     if config.serper_api_key:
         return SerperSearch(config.serper_api_key, timeout=config.http_timeout_s)
-    if config.corpus is not None:
-        from amb_dspy.tools.corpus import LocalCorpus
-
-        if embedder is None:
-            from amb_dspy.retrieval.embedding import default_embedder
-
-            embedder = default_embedder()
-        return LocalCorpus.load(config.corpus, embedder)
     return None
 
 
-def format_results(query: str, results: list[SearchResult]) -> str:
+def format_results(query: str, results: list[SearchResult], *, cut: bool = False) -> str:
+    """Results as numbered lines; with ``cut``, titles, urls and snippets are cut to what a result may show."""
+    def line(text: str, max_chars: int) -> str:
+        text = " ".join(text.split())
+        return truncate(text, max_chars) if cut else text
+
     if not results:
         return f"No results for '{query}'. Try other or fewer keywords."
     lines = [f"Search for '{query}' found {len(results)} results:"]
     for i, result in enumerate(results, 1):
-        lines.append(f"{i}. [{' '.join(result.title.split())}]({result.url})")
+        lines.append(f"{i}. [{line(result.title, MAX_TITLE_CHARS)}]({line(result.url, MAX_TITLE_CHARS)})")
         if result.date:
-            lines.append(f"   Date: {result.date}")
-        lines.append(f"   {' '.join(result.snippet.split())}")
+            lines.append(f"   Date: {line(result.date, MAX_TITLE_CHARS)}")
+        lines.append(f"   {line(result.snippet, MAX_SNIPPET_CHARS)}")
     return "\n".join(lines)
 
 
 class SearchTool:
-    """``search(query) -> str``: the formatted top results of the backend, or one ``Error:`` line."""
+    """``search(query) -> str``: the formatted top ``k`` results of the backend, or one ``Error:`` line.
+
+    At most ``k`` results are shown whatever the backend returns, and an answer that is not a list
+    of :class:`SearchResult` is reported as an error line, like any other backend failure. Overlong
+    titles and snippets are cut in what the LM sees; the returned
+    :class:`~amb_dspy.tools.observation.Observation` keeps them whole for memory.
+    """
 
     def __init__(self, backend: SearchBackend | None, k: int = DEFAULT_K):
         self.backend = backend
@@ -129,12 +128,18 @@ class SearchTool:
         if not query:
             return "Error: the search query is empty; pass a few keywords."
         if self.backend is None:
-            return ("Error: no search backend is configured; set SERPER_API_KEY or give a local corpus "
-                    "(amb run --corpus PATH or AMB_CORPUS).")
+            return NO_BACKEND
         try:
             results = self.backend.search(query, k=self.k)
         except SearchError as exc:
             return f"Error: search failed: {exc}"
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
             return f"Error: search failed: {type(exc).__name__}: {one_line(exc)}"
-        return format_results(query, results)
+        if not isinstance(results, (list, tuple)):
+            return f"Error: search failed: the backend returned a {type(results).__name__}, not a list of results"
+        results = list(results[: self.k])
+        wrong = next((r for r in results if not isinstance(r, SearchResult)), None)
+        if wrong is not None:
+            return f"Error: search failed: the backend returned a {type(wrong).__name__} result, not a SearchResult"
+        shown, full = format_results(query, results, cut=True), format_results(query, results)
+        return shown if shown == full else Observation(shown, full)

@@ -11,6 +11,7 @@ import re
 from bs4 import BeautifulSoup
 
 from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.text import split_paragraphs, split_sentences
 
 # Elements that never hold a page's content.
 _DROP_TAGS = ("script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "embed",
@@ -20,8 +21,6 @@ _BLOCK_TAGS = ("p", "div", "section", "article", "main", "header", "aside", "blo
                "figcaption", "table", "tr", "ul", "ol", "dl", "dt", "dd", "h1", "h2", "h3", "h4", "h5", "h6",
                "hr", "address", "details", "summary", "caption")
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_PARAGRAPH_BREAK = re.compile(r"\n\s*\n")
 
 
 def html_to_text(html: str | bytes, encoding: str | None = None) -> tuple[str, str]:
@@ -77,7 +76,7 @@ def _pieces(paragraph: str, max_words: int) -> list[str]:
     pieces: list[str] = []
     current: list[str] = []
     count = 0
-    for sentence in _SENTENCE_END.split(paragraph):
+    for sentence in split_sentences(paragraph):
         words = sentence.split()
         while len(words) > max_words:  # one sentence longer than a passage
             if current:
@@ -106,10 +105,7 @@ def split_passages(text: str, max_words: int = 150) -> list[str]:
     passages: list[str] = []
     current: list[str] = []
     count = 0
-    for paragraph in _PARAGRAPH_BREAK.split(text):
-        paragraph = paragraph.strip()
-        if not paragraph:
-            continue
+    for paragraph in split_paragraphs(text):
         for piece in _pieces(paragraph, max_words):
             n = _words(piece)
             if current and count + n > max_words:

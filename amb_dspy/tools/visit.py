@@ -3,7 +3,10 @@
 Where the text comes from, in order: a document of the local corpus (by ``corpus://`` URL, its own
 URL, id or title, so that visiting works offline), Jina Reader when ``JINA_API_KEY`` is set, or a
 direct download turned into text with BeautifulSoup. Only ``http(s)`` URLs and corpus documents
-are read; downloads are streamed and stop at a size cap and a deadline; binary content is refused.
+are read. Web URLs must lead to public addresses (:mod:`amb_dspy.tools.netguard`; every redirect hop
+is checked, and ``AMB_ALLOW_PRIVATE_URLS=1`` lifts this); downloads are streamed and stop at a size
+cap and at a deadline that bounds the whole download; binary content is refused. Error lines show
+URLs escaped and shortened, so they stay one line.
 
 Short texts are returned as they are. Longer ones are cut to a budget (the passages that best match
 the goal, by BM25) and handed to :class:`GoalExtractor`, a small DSPy module run with whatever LM is
@@ -12,14 +15,14 @@ configured. If extraction fails, the tool falls back to the cut text, shortened 
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import dspy
 import requests
 
-from amb_dspy.tools.search import one_line
+from amb_dspy.errors import one_line
+from amb_dspy.tools.netguard import FetchGuard, URLRefused, check_url, guarded_session, shown
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
 
 if TYPE_CHECKING:
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from amb_dspy.tools.corpus import LocalCorpus
 
 JINA_ENDPOINT = "https://r.jina.ai/"
+MAX_REDIRECTS = 5
 USER_AGENT = "Mozilla/5.0 (compatible; amb-dspy visit tool; +https://github.com/)"
 _HTML_TYPES = {"text/html", "application/xhtml+xml"}
 _TEXT_TYPES = {"application/json", "application/ld+json", "application/xml", "application/rss+xml",
@@ -73,6 +77,14 @@ def _content_type(response: requests.Response) -> tuple[str, str | None]:
     return media.strip().lower(), charset
 
 
+def _looks_binary(head: bytes) -> bool:
+    """True for bytes that are not text: a NUL, or more than 10% control bytes other than whitespace."""
+    if b"\x00" in head:
+        return True
+    controls = sum(1 for byte in head if byte < 32 and byte not in b"\t\n\r\f\x0b\x1b" or byte == 127)
+    return controls > len(head) // 10
+
+
 def _decode(body: bytes, charset: str | None) -> str:
     for encoding in filter(None, (charset, "utf-8")):
         try:
@@ -113,7 +125,8 @@ class VisitTool:
         self.timeout = config.http_timeout_s
         self.jina_api_key = config.jina_api_key
         self.jina_endpoint = jina_endpoint
-        self.session = session or requests.Session()
+        self.allow_private = config.allow_private_urls
+        self.session = guarded_session(session)
 
     # --- the tool ----------------------------------------------------------------------------
     def __call__(self, url: str, goal: str) -> str:
@@ -126,9 +139,9 @@ class VisitTool:
         except VisitError as exc:
             return f"Error: {exc}"
         except Exception as exc:  # noqa: BLE001 - a tool reports, it never raises into the agent loop
-            return f"Error: cannot read {url}: {type(exc).__name__}: {one_line(exc)}"
+            return f"Error: cannot read {shown(url)}: {type(exc).__name__}: {one_line(exc)}"
         if not text.strip():
-            return f"Error: {url} has no readable text."
+            return f"Error: {shown(url)} has no readable text."
         return self.extract(url, title, text, goal)
 
     # --- reading -----------------------------------------------------------------------------
@@ -145,9 +158,11 @@ class VisitTool:
         scheme = urlsplit(url).scheme.lower()
         if scheme == "corpus":
             hint = "" if self.corpus is not None else " (no local corpus is loaded)"
-            raise VisitError(f"no document {url} in the local corpus{hint}; use a url from the search results")
+            raise VisitError(f"no document {shown(url)} in the local corpus{hint}; use a url from the search results")
         if scheme not in ("http", "https") or not urlsplit(url).netloc:
-            raise VisitError(f"cannot visit {url!r}: only http(s) URLs and documents of the local corpus can be visited")
+            raise VisitError(
+                f"cannot visit {shown(url)}: only http(s) URLs and documents of the local corpus can be visited")
+        self._check(url)
         if self.jina_api_key:
             try:
                 return (url, *self._via_jina(url))
@@ -158,37 +173,73 @@ class VisitTool:
                     raise VisitError(f"{exc} (Jina Reader failed too: {jina_error})") from None
         return (url, *self._direct(url))
 
-    def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes, str, str | None, bool]:
-        """Stream a GET: ``(body, media type, charset, truncated)``, stopping at the size cap and deadline."""
-        deadline = time.monotonic() + self.timeout
+    def _check(self, url: str) -> None:
         try:
-            with self.session.get(url, headers=headers, stream=True, timeout=self.timeout) as response:
-                if response.status_code >= 400:
-                    raise VisitError(f"{url} answered HTTP {response.status_code} {response.reason or ''}".rstrip())
-                media, charset = _content_type(response)
-                chunks: list[bytes] = []
-                size, truncated = 0, False
-                for chunk in response.iter_content(chunk_size=64 * 1024):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size >= self.max_download_bytes:
-                        truncated = True
-                        break
-                    if time.monotonic() > deadline:
-                        raise VisitError(f"timed out after {self.timeout:g} s reading {url}")
-        except requests.Timeout:
-            raise VisitError(f"timed out after {self.timeout:g} s fetching {url}") from None
-        except requests.RequestException as exc:
-            raise VisitError(f"cannot fetch {url}: {one_line(exc)}") from None
+            check_url(url, allow_private=self.allow_private)
+        except URLRefused as exc:
+            raise VisitError(str(exc)) from None
+
+    def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes, str, str | None, bool]:
+        """Stream a GET: ``(body, media type, charset, truncated)``, within the size cap and the deadline.
+
+        Redirects are followed here, each hop checked like the first URL; the deadline bounds the
+        whole download, hops included (see :class:`~amb_dspy.tools.netguard.FetchGuard`).
+        """
+        timed_out = VisitError(f"timed out after {self.timeout:g} s fetching {shown(url)}")
+        with FetchGuard(self.timeout, allow_private=self.allow_private) as guard:
+            try:
+                with self._follow(url, headers) as response:
+                    media, charset = _content_type(response)
+                    chunks: list[bytes] = []
+                    size, truncated = 0, False
+                    for chunk in response.iter_content(chunk_size=64 * 1024):
+                        if guard.expired:
+                            raise timed_out
+                        chunks.append(chunk)
+                        size += len(chunk)
+                        if size >= self.max_download_bytes:
+                            truncated = True
+                            break
+                    if guard.expired and not truncated:  # a shut-down socket can look like the end of the body
+                        raise timed_out
+            except URLRefused as exc:
+                raise VisitError(str(exc)) from None
+            except requests.RequestException as exc:
+                if guard.expired or isinstance(exc, requests.Timeout):
+                    raise timed_out from None
+                raise VisitError(f"cannot fetch {shown(url)}: {one_line(exc)}") from None
         return b"".join(chunks)[: self.max_download_bytes], media, charset, truncated
+
+    def _follow(self, url: str, headers: dict[str, str]) -> requests.Response:
+        """The streamed response at the end of ``url``'s redirects (at most ``MAX_REDIRECTS``), every hop checked."""
+        for _ in range(MAX_REDIRECTS + 1):
+            self._check(url)
+            response = self.session.get(url, headers=headers, stream=True, timeout=self.timeout, allow_redirects=False)
+            target = self.session.get_redirect_target(response)
+            if target is None:
+                if response.status_code >= 400:
+                    response.close()
+                    reason = " ".join(str(response.reason or "").split())[:100]
+                    raise VisitError(f"{shown(url)} answered HTTP {response.status_code} {reason}".rstrip())
+                return response
+            response.close()
+            target = urljoin(url, target)
+            if urlsplit(target).netloc != urlsplit(url).netloc:  # credentials stay with their host
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            url = target
+        raise VisitError(f"too many redirects: more than {MAX_REDIRECTS}, the last to {shown(url)}")
 
     def _direct(self, url: str) -> tuple[str, str]:
         body, media, charset, truncated = self._get(url, {"User-Agent": USER_AGENT, "Accept": "text/html,text/plain;q=0.9,*/*;q=0.5"})
         head = body[:2048]
         is_html = media in _HTML_TYPES or (not media and head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")))
-        textual = is_html or media.startswith("text/") or media in _TEXT_TYPES or (not media and b"\x00" not in head)
-        if not textual or b"\x00" in head:
-            raise VisitError(f"{url} is {media or 'binary data'}, not a web page or text; visit reads HTML and plain text only")
+        textual = is_html or media.startswith("text/") or media in _TEXT_TYPES or not media
+        if not textual or (not media and _looks_binary(head)):
+            raise VisitError(f"{shown(url)} is {media or 'binary data'}, not a web page or text; "
+                             "visit reads HTML and plain text only")
+        if _looks_binary(head):
+            raise VisitError(f"{shown(url)} is served as {media} but holds binary data, not text; "
+                             "visit reads HTML and plain text only")
         if is_html:
             title, text = html_to_text(body, encoding=charset)
         else:
@@ -215,7 +266,7 @@ class VisitTool:
     def extract(self, url: str, title: str, text: str, goal: str) -> str:
         """Short text whole; long text cut to the goal's passages, then the extractor's evidence and summary."""
         text = truncate(text, self.max_chars)
-        heading = f"{url} ({title})" if title else url
+        heading = f"{shown(url)} ({truncate(' '.join(title.split()), 200)})" if title else shown(url)
         if len(text) <= self.direct_chars:
             return f"Content of {heading}:\n{text}"
         cut = select_for_goal(text, goal, self.extract_chars)

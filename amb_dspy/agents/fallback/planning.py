@@ -1,0 +1,60 @@
+"""Planning without an LM: three rules over the Insight Doc.
+
+1. A pending conflict gives its cross-validation task (:func:`~amb_dspy.agents.planning.cross_validation_task`).
+2. Else, until one ordinary (non-cross-validation) task has been executed, the next task asks the
+   executor to answer the goal from memory (:func:`~amb_dspy.agents.planning.answer_from_memory_task`). That is "the first loop",
+   also when a conflict check had to come first.
+3. Else the plan is finished: no pending task.
+
+The task just executed, if any, is recorded as the LM path records it: CROSS_VALIDATE or NORMAL by its
+text, a failure with ``failure_reason`` as its context when there is one, else a success described by
+the execution report's first sentence (nothing else here can judge the report).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from amb_dspy.agents.analysis import NodeInfo
+from amb_dspy.agents.base import fallback_context
+from amb_dspy.agents.planning import (
+    ConflictNotification,
+    PlanningAgent,
+    PlanningOutput,
+    answer_from_memory_task,
+    cross_validation_task,
+    is_cross_validation_task,
+)
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+
+
+def plan_by_rules(
+    agent: PlanningAgent,
+    embedder: Embedder | None = None,
+    *,
+    insight_doc: InsightDoc,
+    new_memory_nodes: Sequence[NodeInfo] = (),
+    conflict: ConflictNotification | None = None,
+    execution_report: str = "",
+    failure_reason: str = "",
+) -> PlanningOutput:
+    """The next step by the rules of the module docstring (``new_memory_nodes`` do not change them)."""
+    completed = list(insight_doc.completed_tasks)
+    executed = insight_doc.current_task
+    if executed is not None:
+        kind = TaskType.CROSS_VALIDATE if is_cross_validation_task(executed) else TaskType.NORMAL
+        failure_reason = failure_reason.strip()
+        if failure_reason:
+            status, context = TaskStatus.FAILURE, failure_reason
+        else:
+            status, context = TaskStatus.SUCCESS, fallback_context(execution_report)
+        completed.append(CompletedTask(type=kind, description=executed, status=status, context=context))
+
+    if conflict is not None:
+        pending = [cross_validation_task(conflict)]
+    elif not any(task.type is TaskType.NORMAL for task in completed):
+        pending = [answer_from_memory_task(insight_doc.task_goal)]
+    else:
+        pending = []
+    return PlanningOutput(task_goal=insight_doc.task_goal, completed_tasks=completed, pending_tasks=pending)

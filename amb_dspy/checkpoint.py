@@ -1,0 +1,67 @@
+"""A run's checkpoint: everything needed to continue a killed run from its last completed loop.
+
+One JSON file, ``DIR/checkpoint.json``, replaced atomically after the context is memorised and after
+every loop: the run state (loops, conflicts, retries, answer so far, errors), the usage so far and the
+whole bank. A run resumed from it does no completed loop again and loses nothing they produced.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.run_state import Conflict, RunState
+from amb_dspy.storage.bank_file import BankFileError, write_json_atomically
+
+CHECKPOINT_FILE = "checkpoint.json"
+FORMAT_NAME = "amb-dspy-checkpoint"
+VERSION = 1
+
+
+def write_checkpoint(directory: str | Path, state: RunState, usage: dict[str, dict[str, int]],
+                     store: MemoryStore) -> Path:
+    run = asdict(state)
+    run["retried"] = sorted(state.retried)
+    payload = {"format": FORMAT_NAME, "version": VERSION, "run": run, "usage": usage, "bank": store.payload()}
+    return write_json_atomically(Path(directory) / CHECKPOINT_FILE, payload)
+
+
+def read_checkpoint(directory: str | Path, embedder: Embedder, notices: list[str] | None = None
+                    ) -> tuple[RunState, dict[str, dict[str, int]], MemoryStore]:
+    """The run state, usage and store of a checkpoint; BankFileError (one line) if it cannot be used."""
+    path = Path(directory) / CHECKPOINT_FILE
+    if not path.is_file():
+        raise BankFileError(f"{path}: no checkpoint here (amb run --checkpoint DIR writes one)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise BankFileError(f"{path}: unreadable checkpoint ({type(exc).__name__})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT_NAME or raw.get("version") != VERSION:
+        raise BankFileError(f"{path}: not an amb-dspy checkpoint of version {VERSION}")
+    store = MemoryStore.from_payload(raw.get("bank"), embedder, path, notices)
+    try:
+        state = _state(raw["run"])
+        usage = {str(agent): {k: int(v) for k, v in counts.items()} for agent, counts in raw["usage"].items()}
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BankFileError(f"{path}: invalid checkpoint run state ({type(exc).__name__}: {exc})") from None
+    if store.insight_doc is None or store.insight_doc.doc_id != state.doc_id:
+        raise BankFileError(f"{path}: the run state and the bank belong to different tasks")
+    return state, usage, store
+
+
+def _state(run: dict[str, Any]) -> RunState:
+    def conflict(data: dict[str, Any] | None) -> Conflict | None:
+        return None if data is None else Conflict([str(i) for i in data["node_ids"]], str(data["description"]),
+                                                  int(data["round"]))
+
+    return RunState(
+        doc_id=str(run["doc_id"]), conflicts=[conflict(c) for c in run["conflicts"]], active=conflict(run["active"]),
+        answer=str(run["answer"]), loops=int(run["loops"]), retried=set(map(str, run["retried"])),
+        errors=list(map(str, run["errors"])), notices=list(map(str, run["notices"])),
+        citations=list(map(str, run["citations"])),
+        fallbacks={str(agent): int(n) for agent, n in run.get("fallbacks", {}).items()},
+    )

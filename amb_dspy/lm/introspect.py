@@ -1,0 +1,42 @@
+"""What the rest of the bank may ask of an LM without knowing its backend."""
+
+from __future__ import annotations
+
+import os
+
+import dspy
+
+from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
+
+
+def is_embedded(lm: dspy.BaseLM) -> bool:
+    """Whether ``lm`` runs in-process on the llama.cpp engine (serialised, text only, grammar-held)."""
+    return isinstance(getattr(lm, "engine", None), LlamaCppEngine)
+
+
+def prompt_budget(lm: dspy.BaseLM) -> int | None:
+    """Prompt tokens an embedded model accepts (context minus the answer's share); None if unknown."""
+    engine = getattr(lm, "engine", None)
+    if not isinstance(engine, LlamaCppEngine):
+        return None
+    return engine.n_ctx - int(lm.kwargs.get("max_tokens") or LOCAL_MAX_TOKENS)
+
+
+def reads_images(lm: dspy.BaseLM) -> bool | None:
+    """Whether ``lm`` accepts images: False for the embedded model, an engine's own ``supports_vision``
+    when it declares one, else what LiteLLM's model table says; None when nobody knows (then try)."""
+    if is_embedded(lm):
+        return False
+    declared = getattr(getattr(lm, "engine", None), "supports_vision", None)
+    if isinstance(declared, bool):
+        return declared
+    # LiteLLM fetches its model table from the network at import unless told to use the bundled copy.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+
+        info = litellm.get_model_info(str(getattr(lm, "model", "")))
+    except Exception:  # noqa: BLE001 - LiteLLM raises plain Exceptions for models it does not know
+        return None
+    supported = info.get("supports_vision")
+    return supported if isinstance(supported, bool) else None

@@ -1,0 +1,192 @@
+"""Memory conversion (spec §4.3) and conflict resolution (§4.4): text becomes nodes, nodes are related
+to what retrieval finds for them, and checked conflicts are merged.
+
+:class:`MemoryWriter` holds no state of its own between calls: the store is the memory, the run state
+carries the conflict queue and the errors, and every agent is called through the bank's ``call_agent``
+(which sets the agent's LM and meters it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from amb_dspy.adapter import validation_text
+from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
+from amb_dspy.config import AmbConfig
+from amb_dspy.executor import ExecutionResult
+from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.lm import LMCallCapReached
+from amb_dspy.parallel import map_in_context
+from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
+from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
+
+
+def node_info(node: QueryGraphNode, with_id: bool = True) -> NodeInfo:
+    """A stored node as agents see it (no embedding); ``with_id=False`` for a node judged against others."""
+    return NodeInfo(id=node.id if with_id else None, summary=node.summary, context=node.context, keywords=list(node.keywords))
+
+
+class MemoryWriter:
+    """Writes one run's findings into its store through the memory agents."""
+
+    def __init__(self, store: MemoryStore, config: AmbConfig, call_agent: Callable[..., Any],
+                 emit: Callable[[str, RunState], None], threads: Callable[[], int] = lambda: 1):
+        self.store, self.config = store, config
+        self._agent, self._emit = call_agent, emit
+        self.threads = threads  # how many structure calls may run at once
+
+    # --- memory conversion (§4.3) ------------------------------------------------------------
+    def convert(self, state: RunState, text: str, metadata: dict[str, Any],
+                 attachments: list = ()) -> tuple[list[QueryGraphNode], str]:
+        """Turn text into nodes (classification -> structure -> add -> retrieve -> analysis) and an entry.
+
+        Returns the new nodes and a failure reason ("" on success). If classification or structure
+        fails, no node is added, but the text is still kept as an interaction entry.
+        """
+        goal = self.store.insight_doc.task_goal
+        self._emit("memorise", state)
+        try:
+            clusters = self._agent("classification", context=text, task_goal=goal).clusters
+            # One structure call per cluster, at once where the LM allows; analysis below keeps the spec's order.
+            structured = map_in_context(
+                lambda cluster: self._agent("structure", content=cluster.content, context=cluster.context,
+                                            keywords=cluster.keywords), clusters, self.threads())
+            drafts = [NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords))
+                      for c, s in zip(clusters, structured)]
+        except AgentError as exc:
+            state.errors.append(str(exc))
+            self.keep_raw(text, metadata, str(exc), attachments)
+            return [], str(exc)
+        except LMCallCapReached as exc:  # the run stops, the text stays
+            self.keep_raw(text, metadata, str(exc), attachments)
+            raise
+        with self.store.transaction():
+            nodes = self.store.add_nodes(drafts)
+            self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
+                                    [n.id for n in nodes],
+                                    spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
+        # Clusters are analysed in order, as if added one by one: each node sees the graph as the verdicts on
+        # the nodes before it left it, and never the nodes after it.
+        exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
+        speculated = self._speculate(nodes, exclusions) if self.threads() > 1 and len(nodes) > 1 else {}
+        failure = ""
+        for node, exclude in zip(nodes, exclusions):
+            failure = self.analyse(state, node, exclude=exclude, speculated=speculated.get(node.id)) or failure
+        return nodes, failure
+
+    def _speculate(self, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> dict[str, tuple]:
+        """Every node's analysis call at once, on the candidates the graph offers now. :meth:`analyse` uses a
+        verdict only if the candidates it finds in turn are still exactly these (an earlier verdict may
+        have related or re-described one), so the bank is the one the calls in order would make."""
+        plans = [(node, self._candidates(node, exclude)) for node, exclude in zip(nodes, exclusions)]
+        plans = [(node, candidates) for node, candidates in plans if candidates]
+
+        def judge(plan):
+            node, candidates = plan
+            try:
+                return self._judge(node, candidates)
+            except AgentError as exc:
+                return exc
+
+        verdicts = map_in_context(judge, plans, self.threads())
+        return {node.id: (_shown(candidates), verdict) for (node, candidates), verdict in zip(plans, verdicts)}
+
+    def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
+        return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
+                                            exclude=exclude)
+
+    def _judge(self, node: QueryGraphNode, candidates: list[QueryGraphNode]):
+        return self._agent("analysis", new_node=node_info(node, with_id=False),
+                           candidates=[node_info(c) for c in candidates])
+
+    def keep_raw(self, text: str, metadata: dict[str, Any], reason: str, attachments: list = ()) -> None:
+        """Record ``text`` as an entry that became no node, saying why, so no response is ever lost."""
+        if text.strip() or attachments:
+            self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
+                                                     attachments=tuple(attachments)))
+
+    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0,
+                speculated: tuple | None = None) -> str:
+        """Relate a node to what retrieval finds for it; returns a failure reason or "". ``speculated``: the
+        candidates an earlier, concurrent call judged and its verdict, used if the candidates are the same."""
+        candidates = self._candidates(node, exclude)
+        if not candidates:
+            return ""
+        try:
+            if speculated is not None and speculated[0] == _shown(candidates):
+                verdict = speculated[1]
+                if isinstance(verdict, AgentError):
+                    raise verdict
+            else:
+                verdict = self._judge(node, candidates)
+        except AgentError as exc:
+            state.errors.append(str(exc))
+            return str(exc)
+        for rel in verdict.relationships:
+            other = rel.existing_node_id
+            if other not in self.store.graph or other == node.id:
+                continue
+            if rel.relationship == "conflict":
+                if round >= self.config.max_merge_rounds:
+                    state.errors.append(f"conflict between {node.id} and {other} left unresolved: merge round cap reached")
+                    continue
+                state.conflicts.append(Conflict([node.id, other], rel.conflict_description or rel.reasoning, round))
+            elif rel.relationship == "related":
+                current = self.store.graph.node(node.id)
+                existing = self.store.graph.node(other)
+                self.store.relate(node.id, other, {
+                    node.id: ContextUpdate(rel.context_update_new or current.context,
+                                           list(rel.keywords_update_new or current.keywords)),
+                    other: ContextUpdate(rel.context_update_existing or existing.context,
+                                         list(rel.keywords_update_existing or existing.keywords)),
+                })
+        return ""
+
+    # --- conflict resolution (§4.4) ----------------------------------------------------------
+    def resolve_conflict(self, state: RunState, result: ExecutionResult) -> tuple[list[QueryGraphNode], str]:
+        conflict, state.active = state.active, None
+        ids = [i for i in conflict.node_ids if i in self.store.graph]
+        validation = validation_text(result)  # recorded whole; the integration agent is shown its start
+        metadata = {"source": "cross_validation", "merged_node_ids": ids, "conflict": conflict.description}
+        if len(ids) < 2:
+            self.keep_raw(validation, metadata, "the conflicting nodes are no longer in the graph")
+            return [], ""
+        nodes_to_merge = []
+        for node_id in ids:
+            node = self.store.graph.node(node_id)
+            neighbours = [NeighborInfo(id=n.id, context=n.context, keywords=list(n.keywords))
+                          for n in self.store.graph.get_neighbors(node_id) if n.id not in ids]
+            nodes_to_merge.append(NodeWithNeighbors(id=node.id, summary=node.summary, context=node.context,
+                                                    keywords=list(node.keywords), neighbors=neighbours))
+        self._emit("merge", state)
+        try:
+            merged = self._agent("integration", nodes_to_merge=nodes_to_merge,
+                                 validation_result=validation[:MAX_VALIDATION_CHARS])
+        except AgentError as exc:
+            state.errors.append(str(exc))
+            self.keep_raw(validation, metadata, str(exc))
+            return [], str(exc)
+        except LMCallCapReached as exc:
+            self.keep_raw(validation, metadata, str(exc))
+            raise
+        if merged.merged_node is None:  # not merged: both nodes stay, the conflict is recorded as unresolved
+            state.errors.append(f"conflict between {ids} left unresolved: {merged.interaction_tree_description}")
+            self.store.record_entry(InteractionEntry(text=validation, metadata={**metadata, "unresolved": True}), ids)
+            return [], ""
+        with self.store.transaction():
+            new, _event = self.store.merge_nodes(
+                ids,
+                merged.merged_node,
+                description=merged.interaction_tree_description,
+                neighbour_updates=dict(merged.neighbor_updates),
+            )
+            self.store.record_entry(InteractionEntry(text=validation, metadata=metadata), [new.id])
+        # The merged node goes back through retrieval and analysis, its inherited neighbours excluded.
+        failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
+        return [new], failure
+
+
+def _shown(candidates: list[QueryGraphNode]) -> list[tuple]:
+    """What the analysis agent is shown of its candidates, to tell whether a verdict still applies."""
+    return [(c.id, c.summary, c.context, tuple(c.keywords)) for c in candidates]

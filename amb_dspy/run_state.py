@@ -1,0 +1,100 @@
+"""What one run of the bank carries from step to step, what it reports, and the input it accepts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from amb_dspy.errors import InputError
+from amb_dspy.storage import CompletedTask, InsightDoc
+
+# How much of a cross-validation (answer + tool responses) the integration agent is shown.
+MAX_VALIDATION_CHARS = 12_000
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    phase: str
+    loop: int
+    nodes: int
+    edges: int
+    conflicts: int
+    lm_calls: int
+    tokens: int
+    message: str = ""
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)  # per agent, as UsageMeter.usage()
+    fallbacks: dict[str, int] = field(default_factory=dict)  # per agent, deterministic policies used so far
+
+
+class RunResult(BaseModel):
+    answer: str
+    termination: str
+    loops: int
+    insight_doc: dict[str, Any]
+    query_graph: dict[str, Any]
+    interaction_tree: dict[str, Any]
+    usage: dict[str, dict[str, int]]
+    errors: list[str]
+    notices: list[str] = []
+    hops: list[dict[str, Any]] = []  # each executed subtask (amb_dspy.storage.hops.Hop)
+    fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
+    citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
+    seconds: float
+
+
+class IngestResult(BaseModel):
+    nodes: int
+    edges: int
+    usage: dict[str, dict[str, int]]
+    fallbacks: dict[str, int]
+    errors: list[str]
+    seconds: float
+
+
+@dataclass
+class Conflict:
+    node_ids: list[str]
+    description: str
+    round: int = 0
+
+
+@dataclass
+class RunState:
+    doc_id: str
+    conflicts: list[Conflict] = field(default_factory=list)
+    active: Conflict | None = None
+    answer: str = ""
+    loops: int = 0
+    retried: set[str] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+    citations: list[str] = field(default_factory=list)
+    fallbacks: dict[str, int] = field(default_factory=dict)
+
+
+def read_context_file(path: str | Path, max_bytes: int) -> str:
+    """The text of a context file, or InputError (one line) if it is missing, binary or too large."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"context file {path}: no such file")
+    if not path.is_file():
+        raise InputError(f"context file {path}: not a regular file")
+    size = path.stat().st_size
+    if size > max_bytes:
+        raise InputError(f"context file {path}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
+    data = path.read_bytes()
+    if b"\x00" in data[:8192]:
+        raise InputError(f"context file {path}: binary data, not text")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"context file {path}: not UTF-8 text") from None
+
+
+def revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None, pending: list[str] = ()) -> InsightDoc:
+    """The same task's Insight Doc with new task lists, built anew so its rules (<= 1 pending) are checked."""
+    return InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal,
+                      completed_tasks=doc.completed_tasks if completed is None else completed, pending_tasks=list(pending))

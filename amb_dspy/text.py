@@ -1,0 +1,38 @@
+"""Splitting text into paragraphs and sentences: the one splitter the agents' chunking and the tools share."""
+
+from __future__ import annotations
+
+import re
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """The non-empty paragraphs of ``text`` (blank-line separated), stripped."""
+    return [p.strip() for p in re.split(r"\n[ \t\r\f\v]*\n", text) if p.strip()]
+
+
+# A sentence ends after . ! ? (plus closing quotes/brackets) followed by whitespace, or after CJK full stops.
+_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*\s*")
+
+
+def split_sentences(text: str) -> list[str]:
+    """``text`` cut after each sentence end; every piece keeps its trailing whitespace, so they join back losslessly."""
+    pieces, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        if match.end() < len(text):
+            pieces.append(text[start : match.end()])
+            start = match.end()
+    pieces.append(text[start:])
+    return [p for p in pieces if p]
+
+
+def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:
+    """The ``[start, end)`` span in ``text`` of each of ``pieces``, which are slices of it in order
+    (what the splitters here return). ValueError if a piece is not found after the previous one."""
+    spans, cursor = [], 0
+    for piece in pieces:
+        start = text.find(piece, cursor)
+        if start < 0:
+            raise ValueError(f"a piece of {len(piece)} characters is not in the text after position {cursor}")
+        spans.append((start, start + len(piece)))
+        cursor = start + len(piece)
+    return spans
