@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[local,optimize,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,dev]"
 	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, into AMB_CACHE_DIR
 	touch $@
 
@@ -28,12 +28,12 @@ test: install
 	$(BIN)/python -m pytest; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 0; fi; exit $$rc
 
-# The embedded 135M model is slow on 2 cores: the demo keeps to a small budget (2 loops, 3 ReAct steps,
+# The embedded 135M model is slow on 2 cores: the demo keeps to a small budget (1 loop, 3 ReAct steps,
 # 256-token replies) so it finishes in a few minutes. Its answers are weak; the pipeline is the point.
 demo: install
 	AMB_MAX_TOKENS=256 AMB_REACT_MAX_ITERS=3 $(BIN)/amb run \
 		"Which river flows through the city where the Tidewater Lantern Festival is held, and when does the festival take place?" \
-		--context-file datasets/demo-notes.md --corpus datasets/demo --lm local --max-loops 2 \
+		--context-file datasets/demo-notes.md --corpus datasets/demo --lm local --max-loops 1 \
 		--export amb_runs/demo-bank.json
 
 bench: install

@@ -60,6 +60,10 @@ def run(
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="checkpoint folder (default: STORAGE_DIR/checkpoints/<time>)"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the killed run whose checkpoint folder this is"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM for the memory agents), or auto: LM, then the deterministic policy when its answer is unusable (default)"),
+    remember: bool = typer.Option(False, "--remember", help="write the task's conclusion and trajectory to long-term memory"),
+    recall: bool | None = typer.Option(None, "--recall/--no-recall", help="show earlier tasks' items in <memory> (default: when a long-term store exists)"),
+    redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
+    namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
@@ -68,8 +72,9 @@ def run(
     from amb_dspy.config import AmbConfig
 
     console = Console(stderr=True)
-    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy}.items()
-                 if v is not None}
+    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy,
+                                   "recall": recall, "namespace": namespace}.items() if v is not None}
+    overrides.update({k: True for k, v in {"remember": remember, "redact": redact}.items() if v})
     bank = None
     try:
         from amb_dspy.view.trace import TraceWriter, fan_out
@@ -80,6 +85,7 @@ def run(
             folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
             config = config.model_copy(update={"checkpoint_dir": folder})
         from amb_dspy.bank import MemoryBank, read_context_file
+        from amb_dspy.storage import Hop, hop_summary
 
         context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
         with console.status("loading the memory bank...") as status:
@@ -121,8 +127,14 @@ def run(
                       f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
     console.print(f"termination: {result.termination}; loops {result.loops}; "
                   f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
+    tools = hop_summary([Hop.model_validate(hop) for hop in result.hops])
+    console.print(f"tools: searches {tools['searches']} (unique {tools['unique_searches']}), "
+                  f"repeats avoided {tools['repeats_avoided']}, visits {tools['visits']}, hops {tools['hops']}")
     for error in result.errors:
         console.print(f"[dim]note: {error}[/]")
+    for notice in result.notices:
+        if notice.startswith("not remembered"):
+            console.print(f"[yellow]{notice}[/]", highlight=False)
     for cited in result.citations:
         console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
     typer.echo(result.answer or "(no answer)")
@@ -190,6 +202,10 @@ def show_bank(
     bank: Path | None = typer.Argument(None, help="a bank file written by `amb run --export`"),
     node: str | None = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
     html: Path | None = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
+    remember: bool = typer.Option(False, "--remember", help="write the task's conclusion and trajectory to long-term memory"),
+    recall: bool | None = typer.Option(None, "--recall/--no-recall", help="show earlier tasks' items in <memory> (default: when a long-term store exists)"),
+    redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
+    namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
 ) -> None:
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
@@ -258,6 +274,68 @@ def evaluate(
     _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
                                       judge_lm=judge_lm, num_threads=num_threads, config=AmbConfig(**settings),
                                       echo=typer.echo))
+
+
+# --- amb memory: long-term memory across tasks ----------------------------------------------------------
+memory_app = typer.Typer(help="Long-term memory kept across tasks (AMB_LONGTERM_BACKEND=sqlite|chroma, "
+                              "AMB_LONGTERM_URL for a Chroma server).", no_args_is_help=True)
+app.add_typer(memory_app, name="memory")
+_NAMESPACE = typer.Option("default", "--namespace", help="whose memory: a user, an agent, a task type")
+_KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory or preference")
+
+
+def _memory(command: str, **arguments) -> None:
+    """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.longterm import LongTermError, commands
+
+    try:
+        lines = getattr(commands, command)(AmbConfig(), **arguments)
+    except (LongTermError, *_expected_errors()) as exc:
+        _fail(one_line(exc))
+    for line in lines:
+        typer.echo(line)
+
+
+@memory_app.command("list")
+def memory_list(namespace: str = _NAMESPACE, kind: str | None = _KIND,
+                limit: int = typer.Option(50, "--limit", min=1, help="items to show")) -> None:
+    """List a namespace's items, most recently updated first."""
+    _memory("list_items", namespace=namespace, kind=kind, limit=limit)
+
+
+@memory_app.command("search")
+def memory_search(query: str = typer.Argument(..., help="what to look for"), namespace: str = _NAMESPACE,
+                  kind: str | None = _KIND, k: int = typer.Option(5, "--k", min=1, help="results")) -> None:
+    """Find the items that best match a query, with their scores."""
+    _memory("search_items", namespace=namespace, query=query, k=k, kind=kind)
+
+
+@memory_app.command("show")
+def memory_show(item_id: str = typer.Argument(..., help="the item's id"), namespace: str = _NAMESPACE) -> None:
+    """Print one item as JSON with its audit rows."""
+    _memory("show_item", namespace=namespace, item_id=item_id)
+
+
+@memory_app.command("delete")
+def memory_delete(item_id: str = typer.Argument(..., help="the item's id"), namespace: str = _NAMESPACE,
+                  reason: str = typer.Option("", "--reason", help="kept in the audit row")) -> None:
+    """Delete an item; it leaves search at once and an audit row stays."""
+    _memory("delete_item", namespace=namespace, item_id=item_id, reason=reason)
+
+
+@memory_app.command("prune")
+def memory_prune(older_than: float = typer.Option(..., "--older-than", min=0, help="days since the last update"),
+                 namespace: str = _NAMESPACE, kind: str | None = _KIND) -> None:
+    """Delete the items not updated for a number of days (one audit row each)."""
+    _memory("prune_items", namespace=namespace, older_than_days=older_than, kind=kind)
+
+
+@memory_app.command("export")
+def memory_export(namespace: str = _NAMESPACE,
+                  out: Path | None = typer.Option(None, "--out", help="write the JSON here instead of printing it")) -> None:
+    """Export a namespace's items and audit rows as one JSON object."""
+    _memory("export_items", namespace=namespace, out=out)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ def format_memory(nodes: list[QueryGraphNode]) -> str:
     return "\n\n".join(blocks)
 
 
-def format_task(doc: InsightDoc) -> str:
+def format_task(doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
     lines = [f"Task goal: {doc.task_goal}", "", "Completed subtasks:"]
     if not doc.completed_tasks:
         lines.append("(none yet)")
@@ -60,6 +60,9 @@ def format_task(doc: InsightDoc) -> str:
             lines.append(f"   Knowledge context: {task.context}")
     lines += ["", "Pending task:"]
     lines.append(f"1. {doc.pending_tasks[0]}" if doc.pending_tasks else "(none: answer the task goal)")
+    if already_fetched:
+        lines += ["", "Already searched / already read in this task (their results are in memory; no need to "
+                      "call them again), most recent first:", *(f"- {item}" for item in already_fetched)]
     return "\n".join(lines)
 
 
@@ -95,6 +98,7 @@ class MemoryAdapter:
         self.k, self.alpha = k, alpha
         self.view = MemoryView(store, view=view, k=k, alpha=alpha) if view != "summary" else None
         self.budget = budget
+        self.recalled = ""  # long-term memory's lines "from earlier tasks"
 
     # --- prompt enhancement ------------------------------------------------------------------
     def memory_for(self, doc: InsightDoc) -> list[QueryGraphNode]:
@@ -104,16 +108,19 @@ class MemoryAdapter:
         return self.store.retrieve_for_text(query, k=self.k, alpha=self.alpha)
 
     def memory_text(self, doc: InsightDoc) -> str:
-        """The <memory> section's text for ``doc``'s pending task (or its goal)."""
+        """The <memory> section's text for ``doc``'s pending task (or its goal), in the configured view,
+        then what long-term memory recalled from earlier tasks (``recalled``, set by the bank)."""
         query = doc.current_task or doc.task_goal
         if self.view is not None and query and len(self.store.graph):
-            return self.view.block(query, self.budget) or NO_MEMORY
-        return format_memory(self.memory_for(doc))
+            text = self.view.block(query, self.budget) or NO_MEMORY
+        else:
+            text = format_memory(self.memory_for(doc))
+        return f"{text}\n\n{self.recalled}" if self.recalled else text
 
-    def enhance_prompt(self, doc: InsightDoc) -> str:
+    def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
         memory = self.memory_text(doc)
         return (
-            f"<task>\n{format_task(doc)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
+            f"<task>\n{format_task(doc, already_fetched)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
             "Carry out the next step based on the task and memory above."
         )
 

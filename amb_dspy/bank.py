@@ -13,6 +13,7 @@ leaves the graph as it was and still keeps the raw text in the Interaction Tree.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +35,8 @@ from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
 from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
+from amb_dspy.longterm import LongTermError, format_recalled, open_store_or_notice, recall, remember_task
+from amb_dspy.longterm.registry import store_exists
 from amb_dspy.memory_writer import MemoryWriter
 from amb_dspy.phases import LoopPhases
 from amb_dspy.retrieval.embedding import default_embedder
@@ -48,6 +51,7 @@ from amb_dspy.storage import (
     InsightDoc,
     InteractionEntry,
 )
+from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
 __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
@@ -96,6 +100,8 @@ class MemoryBank(LoopPhases):
         self.memory_adapter: MemoryAdapter | None = None
         self.memory: MemoryWriter | None = None
         self._run: RunState | None = None  # the run under way (its errors and fallback counts)
+        self._count_lock = threading.Lock()
+        self.tool_cache: ToolCache | None = None  # the run's searches and visits (built with its executor)
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
     @property
@@ -123,7 +129,8 @@ class MemoryBank(LoopPhases):
                 self._run.errors.append(f"{exc} (its deterministic policy was used)")
         if name == "structure":  # the policy favours the sentences the task asks about
             inputs = {**inputs, "task_goal": self.store.insight_doc.task_goal}
-        self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
+        with self._count_lock:  # agents' calls may run in threads (amb_dspy.parallel)
+            self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
         with self.lms.use(name):  # token counting and window caps follow the agent's LM
             return POLICIES[name](self.agents[name], self.embedder, **inputs)
 
@@ -150,7 +157,9 @@ class MemoryBank(LoopPhases):
             deep_retrieval=DeepRetrievalTool(self.store, self.config.storage_dir),
             max_observation_chars=self.config.max_observation_chars,
         )
-        return Executor(tools, max_iters=self.config.react_max_iters)
+        self.tool_cache = ToolCache(self.store, enabled=self.config.tool_cache,
+                                    max_observation_chars=self.config.max_observation_chars)
+        return Executor([self.tool_cache.wrap(tool) for tool in tools], max_iters=self.config.react_max_iters)
 
     # --- the run -----------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
@@ -173,11 +182,45 @@ class MemoryBank(LoopPhases):
         for notice in load_notices:
             state.notices.append(notice)
             self._emit("notice", state, notice)
+        self._recall_across_tasks(state, task)
         with self.meter.counting():
             if staged and reads_images(self.lms.for_agent("executor")) is False:
                 self._keep_unrecognised(state)
             termination = self._loop(state, context)
-        return self._result(state, termination, started)
+        result = self._result(state, termination, started)
+        self._remember_across_tasks(result)
+        return result
+
+    def _recall_across_tasks(self, state: RunState, task: str) -> None:
+        """Earlier tasks' items for ``task`` into <memory> (``config.recall``; by default when a store exists)."""
+        wanted = self.config.recall if self.config.recall is not None else store_exists(self.config)
+        if not wanted:
+            return
+        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
+        if store is None:
+            state.notices.append(notice)
+            self._emit("notice", state, notice)
+            return
+        try:
+            self.memory_adapter.recalled = format_recalled(recall(store, namespace=self.config.namespace, query=task))
+        except LongTermError as exc:  # a failing store never breaks the run
+            state.notices.append(f"no long-term memory this run: {exc}")
+            self._emit("notice", state, state.notices[-1])
+
+    def _remember_across_tasks(self, result: RunResult) -> None:
+        """The task's goal, answer, citations, completed tasks and hops into long-term memory (``config.remember``)."""
+        if not self.config.remember:
+            return
+        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
+        try:
+            if store is None:
+                raise LongTermError(notice)
+            doc = result.insight_doc
+            remember_task(store, namespace=self.config.namespace, task_id=doc["doc_id"], goal=doc["task_goal"],
+                          answer=result.answer, citations=result.citations, completed_tasks=doc["completed_tasks"],
+                          hops=result.hops, redact=self.config.redact)
+        except LongTermError as exc:  # the answer stands; the memory write is reported
+            result.notices.append(f"not remembered: {exc}")
 
     def resume(self, directory: str | Path) -> RunResult:
         """Continue the run whose checkpoint is in ``directory`` from its last completed loop (see
@@ -209,6 +252,7 @@ class MemoryBank(LoopPhases):
             errors=state.errors,
             notices=state.notices,
             fallbacks=dict(state.fallbacks),
+            hops=[hop.model_dump(mode="json") for hop in self.store.hops],
             citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
             seconds=round(time.monotonic() - started, 3),
         )
@@ -256,11 +300,15 @@ class MemoryBank(LoopPhases):
         self.store = store
         self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
                                             view=self.config.memory_view, budget=self.config.memory_tokens)
-        self.memory = MemoryWriter(store, self.config, self._agent, self._emit)
+        self.memory = MemoryWriter(store, self.config, self._agent, self._emit, threads=self._structure_threads)
         # The meter belongs to this run, not to its LMs, which other banks may share.
         self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
         self._run = RunState(doc_id=store.insight_doc.doc_id)
         return self._run
+
+    def _structure_threads(self) -> int:
+        with self.lms.use("structure"):
+            return self.agents["structure"].lm_threads() if hasattr(self.agents["structure"], "lm_threads") else 1
 
     def _citation(self, node_id: str) -> dict[str, str]:
         """A cited node as a user checks it: its topic and the first raw passage it was built from."""

@@ -36,6 +36,8 @@ class AmbConfig(BaseSettings):
     temperature: float = 0.6
     max_tokens: int = 4096
 
+    lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
+                                   "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")
@@ -54,6 +56,7 @@ class AmbConfig(BaseSettings):
     # --- tools -------------------------------------------------------------------------------
     serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
     jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
+    tool_cache: bool = Field(True, description="answer a repeated search or visit of the task from memory (AMB_TOOL_CACHE=0: off)")
     search_k: int = Field(10, ge=1, description="results per search (at most 3 on the embedded model)")
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
     http_timeout_s: float = 20.0
@@ -82,6 +85,14 @@ class AmbConfig(BaseSettings):
     max_loops: int = Field(8, ge=1, description="execution-loop iterations before the bank stops")
     max_lm_calls: int = Field(400, ge=1, description="LM calls per run before the bank stops")
     max_merge_rounds: int = Field(5, ge=1, description="merge -> re-analysis rounds per conflict")
+
+    # --- long-term memory across tasks (amb_dspy.longterm) ------------------------------------
+    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir) or chroma")
+    longterm_url: str = Field("", description="a Chroma server, http://host:port; empty: embedded under storage_dir")
+    remember: bool = Field(False, description="write the task's conclusion and trajectory to long-term memory")
+    recall: bool | None = Field(None, description="show earlier tasks' items in <memory> (None: when a store exists)")
+    redact: bool = Field(False, description="remove e-mails, phone numbers and secrets before remembering")
+    namespace: str = Field("default", description="the long-term memory namespace (a user, an agent, a task type)")
 
     # --- paths -------------------------------------------------------------------------------
     storage_dir: Path = Path("data/storage")

@@ -61,6 +61,7 @@ class ToolCall:
     name: str
     args: dict[str, Any]
     observation: str
+    cached: bool = False  # answered from memory: a repeat of an earlier call of this task
 
     @property
     def is_error(self) -> bool:
@@ -75,7 +76,7 @@ class ExecutionResult:
     @property
     def knowledge(self) -> list[ToolCall]:
         """Successful tool responses that carry new information (what memory conversion stores)."""
-        return [c for c in self.tool_calls if c.name not in NOT_KNOWLEDGE and not c.is_error]
+        return [c for c in self.tool_calls if c.name not in NOT_KNOWLEDGE and not c.is_error and not c.cached]
 
     def report(self, limit: int = 1500) -> str:
         """A short account of the execution for the planning agent."""
@@ -93,7 +94,8 @@ def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
 
     def call(**kwargs: Any) -> Any:
         observation = func(**kwargs)
-        calls.append(ToolCall(name=tool.name, args=dict(kwargs), observation=full_text(observation)))
+        calls.append(ToolCall(name=tool.name, args=dict(kwargs), observation=full_text(observation),
+                              cached=bool(getattr(observation, "cached", False))))
         return observation
 
     tool.func = call

@@ -25,6 +25,7 @@ from amb_dspy.storage.bank_file import (
 )
 from amb_dspy.storage.clock import now
 from amb_dspy.storage.content import ContextUpdate, NodeContent
+from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, Source, Span, merge_sources, node_text
@@ -42,6 +43,7 @@ class MemoryStore:
         self.graph = QueryGraph()
         self.tree = InteractionTree()
         self.index = HybridIndex(embedder.dim)
+        self.hops: list[Hop] = []  # the task's executed subtasks (amb_dspy.storage.hops)
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
 
@@ -250,13 +252,19 @@ class MemoryStore:
             self.tree.relink_merged(event)
         return new, event
 
+    def record_hop(self, hop: Hop) -> None:
+        self.hops.append(hop)
+        if self._undo is not None:
+            self._did(self.hops.pop)
+
     def set_insight_doc(self, doc: InsightDoc) -> None:
         self.insight_doc = doc
 
     # --- export / import ---------------------------------------------------------------------
     def export(self, path) -> None:
         """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`)."""
-        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder))
+        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                  self.hops)
 
     @classmethod
     def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> MemoryStore:
@@ -269,7 +277,8 @@ class MemoryStore:
 
     def payload(self) -> dict:
         """The bank as the JSON object a bank file holds (:meth:`from_payload` reads it back)."""
-        return bank_payload(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder))
+        return bank_payload(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                            self.hops)
 
     @classmethod
     def from_payload(cls, raw, embedder: Embedder, where, notices: list[str] | None = None) -> MemoryStore:
@@ -278,7 +287,7 @@ class MemoryStore:
     @classmethod
     def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> MemoryStore:
         store = cls(embedder, loaded.insight_doc)
-        store.graph, store.tree = loaded.graph, loaded.tree
+        store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
         nodes = list(loaded.graph.nodes_dict.values())
         model = embedding_model_name(embedder)
         if nodes and loaded.embedding_model != model:

@@ -17,6 +17,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.executor import ExecutionResult
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
+from amb_dspy.parallel import map_in_context
 from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 
@@ -30,9 +31,10 @@ class MemoryWriter:
     """Writes one run's findings into its store through the memory agents."""
 
     def __init__(self, store: MemoryStore, config: AmbConfig, call_agent: Callable[..., Any],
-                 emit: Callable[[str, RunState], None]):
+                 emit: Callable[[str, RunState], None], threads: Callable[[], int] = lambda: 1):
         self.store, self.config = store, config
         self._agent, self._emit = call_agent, emit
+        self.threads = threads  # how many structure calls may run at once
 
     # --- memory conversion (§4.3) ------------------------------------------------------------
     def convert(self, state: RunState, text: str, metadata: dict[str, Any],
@@ -46,11 +48,12 @@ class MemoryWriter:
         self._emit("memorise", state)
         try:
             clusters = self._agent("classification", context=text, task_goal=goal).clusters
-            drafts = []
-            for cluster in clusters:
-                structured = self._agent("structure", content=cluster.content, context=cluster.context,
-                                         keywords=cluster.keywords)
-                drafts.append(NodeContent(summary=structured.summary, context=cluster.context, keywords=list(cluster.keywords)))
+            # One structure call per cluster, at once where the LM allows; analysis below keeps the spec's order.
+            structured = map_in_context(
+                lambda cluster: self._agent("structure", content=cluster.content, context=cluster.context,
+                                            keywords=cluster.keywords), clusters, self.threads())
+            drafts = [NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords))
+                      for c, s in zip(clusters, structured)]
         except AgentError as exc:
             state.errors.append(str(exc))
             self.keep_raw(text, metadata, str(exc), attachments)
@@ -63,11 +66,39 @@ class MemoryWriter:
             self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
                                     [n.id for n in nodes],
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
+        # Clusters are analysed in order, as if added one by one: each node sees the graph as the verdicts on
+        # the nodes before it left it, and never the nodes after it.
+        exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
+        speculated = self._speculate(nodes, exclusions) if self.threads() > 1 and len(nodes) > 1 else {}
         failure = ""
-        for i, node in enumerate(nodes):
-            later = {n.id for n in nodes[i + 1:]}  # clusters are analysed in order, as if added one by one
-            failure = self.analyse(state, node, exclude=later) or failure
+        for node, exclude in zip(nodes, exclusions):
+            failure = self.analyse(state, node, exclude=exclude, speculated=speculated.get(node.id)) or failure
         return nodes, failure
+
+    def _speculate(self, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> dict[str, tuple]:
+        """Every node's analysis call at once, on the candidates the graph offers now. :meth:`analyse` uses a
+        verdict only if the candidates it finds in turn are still exactly these (an earlier verdict may
+        have related or re-described one), so the bank is the one the calls in order would make."""
+        plans = [(node, self._candidates(node, exclude)) for node, exclude in zip(nodes, exclusions)]
+        plans = [(node, candidates) for node, candidates in plans if candidates]
+
+        def judge(plan):
+            node, candidates = plan
+            try:
+                return self._judge(node, candidates)
+            except AgentError as exc:
+                return exc
+
+        verdicts = map_in_context(judge, plans, self.threads())
+        return {node.id: (_shown(candidates), verdict) for (node, candidates), verdict in zip(plans, verdicts)}
+
+    def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
+        return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
+                                            exclude=exclude)
+
+    def _judge(self, node: QueryGraphNode, candidates: list[QueryGraphNode]):
+        return self._agent("analysis", new_node=node_info(node, with_id=False),
+                           candidates=[node_info(c) for c in candidates])
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str, attachments: list = ()) -> None:
         """Record ``text`` as an entry that became no node, saying why, so no response is ever lost."""
@@ -75,15 +106,20 @@ class MemoryWriter:
             self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
                                                      attachments=tuple(attachments)))
 
-    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
-        """Relate a node to what retrieval finds for it; returns a failure reason or ""."""
-        candidates = self.store.retrieve_for_node(node.id, k=self.config.retrieval_k,
-                                                  alpha=self.config.retrieval_alpha, exclude=exclude)
+    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0,
+                speculated: tuple | None = None) -> str:
+        """Relate a node to what retrieval finds for it; returns a failure reason or "". ``speculated``: the
+        candidates an earlier, concurrent call judged and its verdict, used if the candidates are the same."""
+        candidates = self._candidates(node, exclude)
         if not candidates:
             return ""
         try:
-            verdict = self._agent("analysis", new_node=node_info(node, with_id=False),
-                                  candidates=[node_info(c) for c in candidates])
+            if speculated is not None and speculated[0] == _shown(candidates):
+                verdict = speculated[1]
+                if isinstance(verdict, AgentError):
+                    raise verdict
+            else:
+                verdict = self._judge(node, candidates)
         except AgentError as exc:
             state.errors.append(str(exc))
             return str(exc)
@@ -149,3 +185,8 @@ class MemoryWriter:
         # The merged node goes back through retrieval and analysis, its inherited neighbours excluded.
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure
+
+
+def _shown(candidates: list[QueryGraphNode]) -> list[tuple]:
+    """What the analysis agent is shown of its candidates, to tell whether a verdict still applies."""
+    return [(c.id, c.summary, c.context, tuple(c.keywords)) for c in candidates]

@@ -25,7 +25,7 @@ from amb_dspy.executor import AnswerFromMemory, ExecutionResult, Executor, citat
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.memory_writer import node_info
 from amb_dspy.run_state import Conflict, RunState, revised
-from amb_dspy.storage import CompletedTask, InsightDoc, QueryGraphNode, TaskStatus, TaskType
+from amb_dspy.storage import CompletedTask, Hop, HopCall, InsightDoc, QueryGraphNode, TaskStatus, TaskType
 
 
 class LoopPhases:
@@ -51,8 +51,9 @@ class LoopPhases:
         images = None
         if kind is TaskKind.IMAGE:
             images = [dspy.Image.from_path(str(i.temp_path)) for i in self.images.pending_images(state.doc_id)]
+        before = self.meter.total()
         try:
-            result = self._execute(executor, self.memory_adapter.enhance_prompt(doc), images)
+            result = self._execute(executor, self._prompt(doc), images)
         except Exception as exc:  # noqa: BLE001 - fails the task, not the run (the LM-call cap is a BaseException)
             message = f"executor failed: {type(exc).__name__}: {one_line(exc)}"
             state.errors.append(message)
@@ -61,6 +62,7 @@ class LoopPhases:
                 state.active = None
             new_nodes, _ = self._remember(state, ExecutionResult("", list(executor.calls)), doc)
             self._plan(state, new_nodes, report="", failure=message)
+            self._record_hop(state, doc, kind.value, ExecutionResult("", list(executor.calls)), before)
             return
 
         new_nodes: list[QueryGraphNode] = []
@@ -74,6 +76,24 @@ class LoopPhases:
             state.answer, _ = citations(result, self.store.graph.nodes_dict)
             new_nodes, failure = self._remember(state, result, doc)
         self._plan(state, new_nodes, report=result.report(), failure=failure)
+        self._record_hop(state, doc, kind.value, result, before)
+
+    def _prompt(self, doc: InsightDoc) -> str:
+        return self.memory_adapter.enhance_prompt(doc, already_fetched=self.tool_cache.already_fetched())
+
+    def _record_hop(self, state: RunState, doc: InsightDoc, kind: str, result: ExecutionResult,
+                    before: dict[str, int]) -> None:
+        """The executed subtask as a hop: its tool calls, answer, success (as planning recorded it) and cost."""
+        task = doc.current_task or doc.task_goal
+        recorded = [t for t in self.store.insight_doc.completed_tasks if t.description == task]
+        success = bool(recorded) and recorded[-1].status is TaskStatus.SUCCESS if kind != "ANSWER" else bool(result.answer)
+        after = self.meter.total()
+        self.store.record_hop(Hop(
+            loop=state.loops, task=task, kind=kind, answer=result.answer, success=success,
+            tool_calls=[HopCall(name=c.name, args=c.args, cached=c.cached) for c in result.tool_calls],
+            lm_calls=after["calls"] - before["calls"],
+            tokens=(after["prompt_tokens"] + after["completion_tokens"]) - (before["prompt_tokens"] + before["completion_tokens"]),
+        ))
 
     def _execute(self, executor: Executor, prompt: str, images: list | None = None) -> ExecutionResult:
         """Run the executor; if the LM-call cap stops it, what its tools returned is kept before the run ends."""
@@ -92,19 +112,28 @@ class LoopPhases:
         if not knowledge:
             return [], ""
         metadata = {**_tool_metadata(knowledge, doc), "answer": result.answer}
-        return self.memory.convert(state, knowledge_text(knowledge), metadata)
+        text = knowledge_text(knowledge)
+        converted = self.memory.convert(state, text, metadata)
+        entry = next((e for e in reversed(self.store.tree.entries.values()) if e.text == text), None)
+        if entry is not None and "conversion_failed" not in entry.metadata:
+            self.tool_cache.recorded(knowledge, entry.entry_id)  # a repeat reads its response back from here
+        else:
+            self.tool_cache.forget(knowledge)  # not memory yet: a repeat fetches and converts it again
+        return converted
 
     def _final_answer(self, state: RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
         doc = self.store.insight_doc
         final_doc = revised(doc)
         self._emit("answer", state)
+        before = self.meter.total()
         try:
-            result = self._execute(executor, self.memory_adapter.enhance_prompt(final_doc))
+            result = self._execute(executor, self._prompt(final_doc))
         except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
             state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
             self._remember(state, ExecutionResult("", list(executor.calls)), final_doc)
             result = None
+        self._record_hop(state, final_doc, "ANSWER", result or ExecutionResult("", list(executor.calls)), before)
         if result is not None:
             answer, state.citations = citations(result, self.store.graph.nodes_dict)
             self._remember(state, result, final_doc)  # what the last pass looked up stays in memory too

@@ -39,6 +39,7 @@ class RunResult(BaseModel):
     usage: dict[str, dict[str, int]]
     errors: list[str]
     notices: list[str] = []
+    hops: list[dict[str, Any]] = []  # each executed subtask (amb_dspy.storage.hops.Hop)
     fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
     citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
     seconds: float

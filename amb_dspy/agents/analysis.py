@@ -90,6 +90,16 @@ class AnalyzeRelationships(dspy.Signature):
     relationships: list[Judgement] = dspy.OutputField(desc="one judgement per candidate")
 
 
+def unique_candidates(candidates: list[NodeInfo]) -> list[NodeInfo]:
+    """The candidates, each id once (its first occurrence), in order; ValueError for one without an id."""
+    unique: dict[str, NodeInfo] = {}
+    for candidate in candidates:
+        if not candidate.id:
+            raise ValueError("analysis agent: every candidate needs an id")
+        unique.setdefault(candidate.id, candidate)
+    return list(unique.values())
+
+
 class AnalysisAgent(MemoryAgent):
     """Relationship analysis of a new node against candidates (see module docstring)."""
 
@@ -103,14 +113,9 @@ class AnalysisAgent(MemoryAgent):
         self.content_budget(self.analyze, new_node=NodeContent("", "", []), candidates=[])
 
     def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
-        unique: dict[str, NodeInfo] = {}
-        for candidate in candidates:
-            if not candidate.id:
-                raise ValueError("analysis agent: every candidate needs an id")
-            unique.setdefault(candidate.id, candidate)
-        if not unique:
+        ordered = unique_candidates(candidates)
+        if not ordered:
             return AnalysisOutput(relationships=[])
-        ordered = list(unique.values())
 
         brief = NodeContent(summary=new_node.summary, context=new_node.context, keywords=new_node.keywords)
         budget = self.content_budget(self.analyze, new_node=brief, candidates=[])

@@ -34,7 +34,7 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import AgentName, AmbConfig
 from amb_dspy.errors import ConfigError
-from amb_dspy.lm import prompt_budget
+from amb_dspy.lm import is_embedded, prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
 
 logger = logging.getLogger("amb_dspy.agents")
@@ -44,6 +44,9 @@ logger = logging.getLogger("amb_dspy.agents")
 # while a hosted LM that writes nine keywords is not failed for it.
 KEYWORDS_MAX = 8
 LMKeywords = Annotated[list[str], pydantic.Field(json_schema_extra={"maxItems": KEYWORDS_MAX})]
+
+# Calls at once to a hosted LM: each is a round trip of a second or more, and providers accept a few.
+HOSTED_LM_THREADS = 8
 
 # The least room an agent accepts for its variable input after instructions and demos.
 MIN_INPUT_BUDGET = 64
@@ -91,6 +94,15 @@ class MemoryAgent(dspy.Module):
     def active_lm(self) -> Any:
         """The LM this agent was built with, else the configured one."""
         return self._lm.value or dspy.settings.lm
+
+    def lm_threads(self) -> int:
+        """How many of this agent's independent calls may run at once: ``config.lm_threads``, else 8 for a
+        hosted LM (each call is a network round trip) and 1 for the embedded model (its engine runs one
+        generation at a time)."""
+        if self.config.lm_threads:
+            return self.config.lm_threads
+        lm = self.active_lm()
+        return 1 if lm is None or is_embedded(lm) else HOSTED_LM_THREADS
 
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text``: the ``token_counter=`` given, else the active LM's tokenizer, else the estimate."""

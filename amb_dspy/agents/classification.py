@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
 from amb_dspy.agents.chunking import TokenCounter, pack, segment
 from amb_dspy.config import AmbConfig
+from amb_dspy.parallel import map_in_context
 from amb_dspy.text import locate
 
 
@@ -97,10 +98,12 @@ class ClassificationAgent(MemoryAgent):
         segments = segment(context, min(self.max_segment_tokens, budget - number_cost), self.count_tokens)
         # Pack with global numbers: a chunk's local numbers are never wider, so it can only shrink.
         numbered = [f"[{i}] {s}" for i, s in enumerate(segments, 1)]
-        groups: list[tuple[str, list[str], list[int]]] = []
-        for chunk in pack(numbered, budget, self.count_tokens):
-            groups.extend((ctx, kws, [chunk[i] for i in members]) for ctx, kws, members in
-                          self._classify_chunk([segments[i] for i in chunk], task_goal))
+        chunks = pack(numbered, budget, self.count_tokens)
+        topics = map_in_context(lambda chunk: self._classify_chunk([segments[i] for i in chunk], task_goal),
+                                chunks, self.lm_threads())
+        groups: list[tuple[str, list[str], list[int]]] = [
+            (ctx, kws, [chunk[i] for i in members]) for chunk, found in zip(chunks, topics) for ctx, kws, members in found
+        ]
 
         assigned = sorted(i for _, _, members in groups for i in members)
         if assigned != list(range(len(segments))):

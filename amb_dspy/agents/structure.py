@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from amb_dspy.agents.base import MemoryAgent
 from amb_dspy.agents.chunking import TokenCounter, chunk_text
 from amb_dspy.config import AmbConfig
+from amb_dspy.parallel import map_in_context
 
 
 class StructureOutput(BaseModel):
@@ -99,12 +100,11 @@ class StructureAgent(MemoryAgent):
         budget = self.content_budget(
             self.summarize, content="", context=context, keywords=list(keywords), feedback=longest_feedback
         )
-        parts, retried = [], False
-        for chunk in chunk_text(text, budget, self.count_tokens):
-            summary, chunk_retried = self._summarize_chunk(chunk, context, list(keywords))
-            parts.append(summary)
-            retried = retried or chunk_retried
-        summary = "\n\n".join(parts)
+        chunks = chunk_text(text, budget, self.count_tokens)
+        done = map_in_context(lambda chunk: self._summarize_chunk(chunk, context, list(keywords)), chunks,
+                              self.lm_threads())
+        retried = any(chunk_retried for _, chunk_retried in done)
+        summary = "\n\n".join(part for part, _ in done)
         return StructureOutput(summary=summary, ratio=self.count_tokens(summary) / input_tokens, retried=retried)
 
     def _distance(self, ratio: float) -> float:

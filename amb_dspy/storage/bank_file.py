@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
@@ -49,21 +50,23 @@ class BankFile(BaseModel):
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
     schema_version: Literal[1, 2] = SCHEMA_VERSION
     embedding_model: str | None = None
+    hops: list[Hop] = []
     insight_doc: InsightDoc | None
     query_graph: _GraphData
     interaction_tree: _TreeData
 
 
 def dump_bank(path: str | Path, insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree,
-              embedding_dim: int, embedding_model: str | None = None) -> Path:
+              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = ()) -> Path:
     """Write the bank atomically (a temporary file renamed into place)."""
-    return write_json_atomically(path, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model))
+    return write_json_atomically(path, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
 
 
 def bank_payload(insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree, embedding_dim: int,
-                 embedding_model: str | None = None) -> dict[str, Any]:
+                 embedding_model: str | None = None, hops: list[Hop] = ()) -> dict[str, Any]:
     """The bank as the JSON object a bank file holds."""
     return {
+        "hops": [hop.model_dump(mode="json") for hop in hops],
         "format": FORMAT_NAME,
         "schema_version": SCHEMA_VERSION,
         "embedding_model": embedding_model,
@@ -105,6 +108,7 @@ class LoadedBank(BaseModel):
     graph: QueryGraph
     tree: InteractionTree
     embedding_model: str | None
+    hops: list[Hop] = []
 
 
 def load_bank(path: str | Path, embedding_dim: int | None) -> LoadedBank:
@@ -184,7 +188,8 @@ def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBan
         check_sources(graph, tree)
     except (GraphError, ValueError) as exc:
         raise BankFileError(f"{path}: inconsistent bank: {exc}") from None
-    return LoadedBank(insight_doc=data.insight_doc, graph=graph, tree=tree, embedding_model=data.embedding_model)
+    return LoadedBank(insight_doc=data.insight_doc, graph=graph, tree=tree, embedding_model=data.embedding_model,
+                      hops=data.hops)
 
 
 def check_sources(graph: QueryGraph, tree: InteractionTree) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Relationship
+from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Relationship, unique_candidates
 from amb_dspy.agents.chunking import split_sentences
 from amb_dspy.agents.fallback.similarity import embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
@@ -43,14 +43,9 @@ def relate_by_hybrid_score(
     agent: AnalysisAgent, embedder: Embedder | None = None, *, new_node: NodeInfo, candidates: list[NodeInfo]
 ) -> AnalysisOutput:
     """``related`` for each candidate scoring at least :data:`RELATED_THRESHOLD`, else ``unrelated``."""
-    unique: dict[str, NodeInfo] = {}
-    for candidate in candidates:
-        if not candidate.id:
-            raise ValueError("analysis agent: every candidate needs an id")
-        unique.setdefault(candidate.id, candidate)
-    if not unique:
+    ordered = unique_candidates(candidates)
+    if not ordered:
         return AnalysisOutput(relationships=[])
-    ordered = list(unique.values())
     scores = hybrid_scores(new_node, ordered, embedder_or_default(embedder))
     relationships = []
     for candidate, score in zip(ordered, scores):

@@ -1,0 +1,395 @@
+"""The long-term store's item model and interface: write, search, update, delete, list.
+
+The bank forgets everything when a task ends (spec §1); a long-term store keeps what a finished task
+concluded so that the next task on the topic does not start from nothing. Items live in namespaces
+(a user, an agent, a task type) and have a kind:
+
+* ``conclusion``: a task's answer to its goal, with the citations behind it;
+* ``fact``: what one completed subtask found;
+* ``trajectory``: how a task went (its hops, success or failure);
+* ``preference``: something a user wants, where the newest statement wins.
+
+:class:`LongTermStore` holds everything the backends share: validation, embedding, merging of
+near-duplicates before a write, scoring, and the audit trail. A backend (:mod:`.sqlite`,
+:mod:`.chroma`) implements a handful of storage primitives, the ``_``-prefixed abstract methods, and
+applies each :class:`Change` all or nothing; adding a backend (Qdrant, say) means writing those and
+one line in :mod:`.registry`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from amb_dspy.longterm.errors import (
+    ItemNotFoundError,
+    LongTermInputError,
+)
+from amb_dspy.longterm.merge import (
+    DEDUP_THRESHOLD,
+    Merger,
+    merge_items,
+    numbers_disagree,
+)
+from amb_dspy.longterm.scoring import (
+    ScoreWeights,
+    age_days,
+    containment,
+    decay,
+    hybrid_similarity,
+    overlap,
+    score,
+    source_boost,
+)
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.keyword import tokenize
+
+Kind = Literal["conclusion", "trajectory", "preference", "fact"]
+KINDS: tuple[Kind, ...] = ("conclusion", "trajectory", "preference", "fact")
+AuditAction = Literal["write", "merge", "update", "delete", "prune"]
+
+MAX_CONTENT_CHARS = 32_000
+MAX_NAMESPACE_CHARS = 200
+_DEDUP_CANDIDATES = 5
+_MIN_SEARCH_POOL = 32
+
+
+class SourceSpan(BaseModel):
+    """Where an item's content came from: a source (URL, file, corpus id) and, if known, a quote."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source: str
+    quote: str = ""
+    start: int | None = None
+    end: int | None = None
+
+
+class ItemMetadata(BaseModel):
+    """Provenance of an item. Merges take the union of both items' lists."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_task_id: str = ""
+    task_ids: tuple[str, ...] = ()
+    node_ids: tuple[str, ...] = ()
+    source_spans: tuple[SourceSpan, ...] = ()
+    citations: tuple[str, ...] = ()
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    def merged_with(self, newer: ItemMetadata) -> ItemMetadata:
+        def union(a: Iterable, b: Iterable) -> tuple:
+            return tuple(dict.fromkeys([*a, *b]))
+
+        return ItemMetadata(
+            source_task_id=self.source_task_id or newer.source_task_id,
+            task_ids=union(self.task_ids, newer.task_ids),
+            node_ids=union(self.node_ids, newer.node_ids),
+            source_spans=union(self.source_spans, newer.source_spans),
+            citations=union(self.citations, newer.citations),
+            extra={**self.extra, **newer.extra},
+        )
+
+    def with_task(self, task_id: str) -> ItemMetadata:
+        """The same provenance, naming ``task_id`` too (as the source task if there is none yet)."""
+        if not task_id or task_id in self.task_ids:
+            return self
+        return self.model_copy(update={"source_task_id": self.source_task_id or task_id,
+                                       "task_ids": (*self.task_ids, task_id)})
+
+    def boost(self) -> float:
+        return source_boost(spans=len(self.source_spans), node_ids=len(self.node_ids),
+                            citations=len(self.citations))
+
+
+class MemoryItem(BaseModel):
+    """One long-term memory. ``source_boost`` and ``updated_at`` are the score's stored inputs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    namespace: str
+    content: str
+    kind: Kind
+    metadata: ItemMetadata = Field(default_factory=ItemMetadata)
+    created_at: float = Field(description="POSIX seconds")
+    updated_at: float = Field(description="POSIX seconds; a merge or an update renews it")
+    source_boost: float = Field(0.0, ge=0.0, le=1.0)
+
+    @property
+    def updated(self) -> datetime:
+        return datetime.fromtimestamp(self.updated_at, tz=timezone.utc)
+
+    @property
+    def created(self) -> datetime:
+        return datetime.fromtimestamp(self.created_at, tz=timezone.utc)
+
+
+class AuditRecord(BaseModel):
+    """One audit row: what happened to which item, when, in which task, and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    at: float
+    action: AuditAction
+    item_id: str
+    namespace: str
+    kind: Kind
+    task_id: str = ""
+    reason: str = ""
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    item: MemoryItem
+    score: float
+    similarity: float
+    recency: float
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What a write did: ``added`` a new item, or ``merged`` it into an existing one (``item``).
+
+    ``similarity`` is to the closest item of the same namespace and kind: the one merged into, or the
+    one that was not close enough (0 when there was none).
+    """
+
+    item: MemoryItem
+    action: Literal["added", "merged"]
+    similarity: float = 0.0
+
+
+@dataclass
+class Change:
+    """One all-or-nothing change a backend applies: items added, replaced and removed, and audit rows."""
+
+    added: list[tuple[MemoryItem, np.ndarray]] = field(default_factory=list)
+    replaced: list[tuple[MemoryItem, np.ndarray]] = field(default_factory=list)
+    removed: list[MemoryItem] = field(default_factory=list)
+    audit: list[AuditRecord] = field(default_factory=list)
+
+
+def check_namespace(namespace: str) -> str:
+    if not isinstance(namespace, str) or not namespace.strip():
+        raise LongTermInputError("the namespace is empty")
+    if len(namespace) > MAX_NAMESPACE_CHARS or not namespace.isprintable():
+        raise LongTermInputError(f"namespace {namespace[:40]!r}: at most {MAX_NAMESPACE_CHARS} printable characters")
+    return namespace
+
+
+def check_kind(kind: str) -> Kind:
+    if kind not in KINDS:
+        raise LongTermInputError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
+    return kind  # type: ignore[return-value]
+
+
+def check_content(content: str) -> str:
+    content = (content or "").strip()
+    if not content:
+        raise LongTermInputError("the content is empty")
+    if len(content) > MAX_CONTENT_CHARS:
+        raise LongTermInputError(f"the content has {len(content)} characters, over the {MAX_CONTENT_CHARS} limit")
+    return content
+
+
+class LongTermStore(ABC):
+    """Write, search, update, delete and list long-term items; every change leaves an audit row.
+
+    ``alpha`` weighs words against meaning in the similarity; ``dedup_threshold`` is the similarity
+    over which a write merges into an existing item of the same namespace and kind; ``clock`` gives
+    POSIX seconds (tests pass their own to age items).
+    """
+
+    name = "store"
+
+    def __init__(self, embedder: Embedder, *, weights: ScoreWeights | None = None, alpha: float = 0.5,
+                 dedup_threshold: float = DEDUP_THRESHOLD, clock: Callable[[], float] = time.time):
+        self.embedder = embedder
+        self.weights = weights or ScoreWeights()
+        self.alpha = alpha
+        self.dedup_threshold = dedup_threshold
+        self.clock = clock
+
+    # --- the interface -----------------------------------------------------------------------
+    def write(self, namespace: str, content: str, kind: str, *, metadata: ItemMetadata | None = None,
+              task_id: str = "", reason: str = "", merge: Merger | None = None) -> WriteOutcome:
+        """Store ``content``, or merge it into the most similar item of the same namespace and kind
+        when their similarity reaches ``dedup_threshold``.
+
+        Merging keeps the newest preference, appends trajectories, and makes one statement of facts
+        and conclusions: ``merge(old, new) -> str`` when given (an LM), else a heuristic
+        (:func:`amb_dspy.longterm.merge.heuristic_merge`).
+        """
+        namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
+        metadata = (metadata or ItemMetadata()).with_task(task_id)
+        vector = self._embed(content)
+        duplicate, similarity = self._closest(namespace, content, kind, vector)
+        now = self.clock()
+        if duplicate is None or similarity < self.dedup_threshold:
+            item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
+                              metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
+            self._apply(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))
+            return WriteOutcome(item, "added", similarity)
+        merged_content = check_content(merge_items(kind, duplicate.content, content, merge))
+        merged_metadata = duplicate.metadata.merged_with(metadata)
+        merged = duplicate.model_copy(update={"content": merged_content, "metadata": merged_metadata,
+                                              "updated_at": now, "source_boost": merged_metadata.boost()})
+        new_vector = vector if merged_content == content else self._embed(merged_content)
+        detail = f"similarity {similarity:.3f}; merged statement: {content[:200]}"
+        self._apply(Change(replaced=[(merged, new_vector)],
+                           audit=[self._record("merge", merged, task_id, reason, detail)]))
+        return WriteOutcome(merged, "merged", similarity)
+
+    def add_many(self, namespace: str, contents: Sequence[str], kind: str, *, task_id: str = "",
+                 reason: str = "bulk load", vectors: np.ndarray | None = None) -> list[MemoryItem]:
+        """Add items as they are, without merging (imports and bulk loads), in one change."""
+        namespace, kind = check_namespace(namespace), check_kind(kind)
+        contents = [check_content(c) for c in contents]
+        if not contents:
+            return []
+        vectors = self.embedder.embed(contents) if vectors is None else np.asarray(vectors, dtype=np.float32)
+        if len(vectors) != len(contents):
+            raise LongTermInputError(f"{len(contents)} contents but {len(vectors)} vectors")
+        metadata = ItemMetadata().with_task(task_id)
+        now = self.clock()
+        change = Change()
+        for content, vector in zip(contents, vectors):
+            item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
+                              metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
+            change.added.append((item, vector))
+            change.audit.append(self._record("write", item, task_id, reason))
+        self._apply(change)
+        return [item for item, _ in change.added]
+
+    def search(self, namespace: str, query: str, *, k: int = 5, kinds: Iterable[str] | None = None,
+               min_score: float = 0.0) -> list[ScoredItem]:
+        """The ``k`` best items for ``query`` by ``S``, best first, none under ``min_score``."""
+        namespace = check_namespace(namespace)
+        kinds = tuple(check_kind(k_) for k_ in kinds) if kinds else KINDS
+        if not query.strip() or k <= 0:
+            return []
+        vector = self._embed(query)
+        query_tokens = tokenize(query)
+        now = self.clock()
+        scored = []
+        for item, cosine in self._nearest(namespace, kinds, vector, query, max(_MIN_SEARCH_POOL, 4 * k)):
+            similarity = hybrid_similarity(cosine, overlap(query_tokens, tokenize(item.content)), self.alpha)
+            recency = decay(age_days(item.updated_at, now), self.weights.decay_per_day)
+            total = score(similarity, recency, item.source_boost, self.weights)
+            if total >= min_score:
+                scored.append(ScoredItem(item, total, similarity, recency))
+        scored.sort(key=lambda s: (-s.score, -s.item.updated_at, s.item.id))
+        return scored[:k]
+
+    def get(self, namespace: str, item_id: str) -> MemoryItem:
+        item = self._get(check_namespace(namespace), item_id)
+        if item is None:
+            raise ItemNotFoundError(f"no long-term item {item_id!r} in namespace {namespace!r}")
+        return item
+
+    def update(self, namespace: str, item_id: str, *, content: str | None = None,
+               metadata: ItemMetadata | None = None, task_id: str = "", reason: str = "") -> MemoryItem:
+        """Replace an item's content and/or metadata (re-embedded when the content changes)."""
+        item = self.get(namespace, item_id)
+        changes: dict = {"updated_at": self.clock()}
+        if content is not None:
+            changes["content"] = check_content(content)
+        if metadata is not None:
+            changes.update(metadata=metadata, source_boost=metadata.boost())
+        updated = item.model_copy(update=changes)
+        vector = self._embed(updated.content)
+        self._apply(Change(replaced=[(updated, vector)], audit=[self._record("update", updated, task_id, reason)]))
+        return updated
+
+    def delete(self, namespace: str, item_id: str, *, task_id: str = "", reason: str = "") -> MemoryItem:
+        """Remove an item from the store and from search; the audit row stays."""
+        item = self.get(namespace, item_id)
+        self._apply(Change(removed=[item], audit=[self._record("delete", item, task_id, reason, item.content[:200])]))
+        return item
+
+    def prune(self, namespace: str, *, older_than_days: float, kind: str | None = None, task_id: str = "",
+              reason: str = "") -> list[MemoryItem]:
+        """Remove the items not updated for ``older_than_days`` days, one audit row each."""
+        if older_than_days < 0:
+            raise LongTermInputError(f"older_than_days must not be negative, got {older_than_days}")
+        cutoff = self.clock() - older_than_days * 86_400.0
+        stale = [item for item in self.list(namespace, kind=kind) if item.updated_at < cutoff]
+        reason = reason or f"not updated for {older_than_days:g} days"
+        if stale:
+            self._apply(Change(removed=stale, audit=[self._record("prune", i, task_id, reason, i.content[:200])
+                                                     for i in stale]))
+        return stale
+
+    def list(self, namespace: str, *, kind: str | None = None, limit: int | None = None) -> list[MemoryItem]:
+        """The namespace's items, most recently updated first."""
+        items = self._items(check_namespace(namespace), check_kind(kind) if kind else None)
+        items.sort(key=lambda i: (-i.updated_at, i.id))
+        return items[:limit] if limit is not None else items
+
+    def audit(self, namespace: str, *, item_id: str | None = None) -> list[AuditRecord]:
+        """The namespace's audit rows (or one item's), oldest first."""
+        return self._audit_rows(check_namespace(namespace), item_id)
+
+    def close(self) -> None:  # noqa: B027 - a backend without resources has nothing to close
+        """Release the backend's resources."""
+
+    def __enter__(self) -> LongTermStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- shared helpers ----------------------------------------------------------------------
+    def _embed(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.embed([text])[0], dtype=np.float32)
+
+    def closest(self, namespace: str, content: str, kind: str) -> tuple[MemoryItem | None, float]:
+        """The item a write of ``content`` would merge into if the similarity reached ``dedup_threshold``,
+        and that similarity (``(None, 0.0)`` when there is none); writes nothing. Items whose numbers
+        disagree with the content's are never candidates (:func:`~amb_dspy.longterm.merge.numbers_disagree`)."""
+        namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
+        return self._closest(namespace, content, kind, self._embed(content))
+
+    def _closest(self, namespace: str, content: str, kind: Kind,
+                 vector: np.ndarray) -> tuple[MemoryItem | None, float]:
+        tokens = tokenize(content)
+        best, best_similarity = None, 0.0
+        for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
+            similarity = hybrid_similarity(cosine, containment(tokens, tokenize(item.content)), self.alpha)
+            if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
+                best, best_similarity = item, similarity
+        return best, best_similarity
+
+    def _record(self, action: AuditAction, item: MemoryItem, task_id: str, reason: str,
+                detail: str = "") -> AuditRecord:
+        return AuditRecord(at=self.clock(), action=action, item_id=item.id, namespace=item.namespace,
+                           kind=item.kind, task_id=task_id, reason=reason, detail=detail)
+
+    # --- what a backend implements -------------------------------------------------------------
+    @abstractmethod
+    def _apply(self, change: Change) -> None:
+        """Apply every part of ``change`` or none of it."""
+
+    @abstractmethod
+    def _nearest(self, namespace: str, kinds: Sequence[Kind], vector: np.ndarray, text: str,
+                 n: int) -> list[tuple[MemoryItem, float]]:
+        """Up to ``n`` candidate items of those kinds for a query, each with its cosine to ``vector``."""
+
+    @abstractmethod
+    def _get(self, namespace: str, item_id: str) -> MemoryItem | None: ...
+
+    @abstractmethod
+    def _items(self, namespace: str, kind: Kind | None) -> list[MemoryItem]: ...
+
+    @abstractmethod
+    def _audit_rows(self, namespace: str, item_id: str | None) -> list[AuditRecord]: ...
