@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from amb_dspy.errors import InputError
 from amb_dspy.storage import CompletedTask, InsightDoc
+from amb_dspy.text import is_binary
 
 # How much of a cross-validation (answer + tool responses) the integration agent is shown.
 MAX_VALIDATION_CHARS = 12_000
@@ -86,7 +87,7 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
     if size > max_bytes:
         raise InputError(f"context file {path}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
     data = path.read_bytes()
-    if b"\x00" in data[:8192]:
+    if is_binary(data):
         raise InputError(f"context file {path}: binary data, not text")
     try:
         return data.decode("utf-8")

@@ -36,3 +36,8 @@ def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:
         spans.append((start, start + len(piece)))
         cursor = start + len(piece)
     return spans
+
+
+def is_binary(data: bytes) -> bool:
+    """A NUL byte in the first 8 KB: what git and grep take for binary data (UTF-16 text included)."""
+    return b"\x00" in data[:8192]

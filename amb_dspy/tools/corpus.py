@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 from amb_dspy.notices import Notify, notice
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.text import is_binary
 from amb_dspy.tools.text import html_to_text, split_passages
 from amb_dspy.tools.types import DEFAULT_K, SearchResult
 
@@ -69,11 +70,6 @@ def _decode(data: bytes) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         return data.decode("latin-1")
-
-
-def is_binary(data: bytes) -> bool:
-    """A NUL byte in the first 8 KB: what git and grep take for binary data (UTF-16 text included)."""
-    return b"\x00" in data[:8192]
 
 
 def _title_from_name(path: Path) -> str:
