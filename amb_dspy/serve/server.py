@@ -29,6 +29,7 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import ValidationError
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.errors import InputError, one_line
@@ -66,9 +67,23 @@ def _one_line_errors(fn: Callable[..., str]) -> Callable[..., str]:
     return call
 
 
+class _OneLineServer(MCPServer):
+    """The SDK's server, with arguments that fail a tool's schema reported in one line too."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg'].lower()}"
+                                 for e in exc.__cause__.errors())
+            raise ToolError(one_line(f"bad arguments for {name}: {problems}")) from exc.__cause__
+
+
 def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy") -> MCPServer:
     """The MCP server over ``registry``'s tasks; ``bank`` gives the configuration and long-term memory."""
-    server = MCPServer(name, instructions=INSTRUCTIONS)
+    server = _OneLineServer(name, instructions=INSTRUCTIONS)
     config = bank.config
 
     def tool(fn: Callable[..., str]) -> Callable[..., str]:
