@@ -38,11 +38,12 @@ from amb_dspy.run_state import (
     RunState,
     read_context_file,
 )
-from amb_dspy.session import SessionAttribute, TaskSession, start_store
+from amb_dspy.session import TaskSession
 from amb_dspy.storage import (
     InsightDoc,
     InteractionEntry,
 )
+from amb_dspy.task_memory import SessionAttribute, TaskMemory, start_store
 from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
@@ -52,7 +53,7 @@ __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
 class MemoryBank(LoopPhases):
     """An agent with a task-scoped, structured memory. ``run(task, context, images)`` answers a task.
 
-    A run's memory is a :class:`~amb_dspy.session.TaskSession` (``self.session``): ``store``, ``memory``,
+    A run's memory is a :class:`~amb_dspy.task_memory.TaskMemory` (``self.session``): ``store``, ``memory``,
     ``memory_adapter``, ``tool_cache``, ``meter`` and ``_run`` are its attributes.
     """
 
@@ -84,7 +85,7 @@ class MemoryBank(LoopPhases):
         self._lm, self._agent_lms = lm, dict(agent_lms or {})
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
-        self.session: TaskSession | None = None  # the current run's memory (see SessionAttribute)
+        self.session: TaskMemory | None = None  # the current run's memory (see SessionAttribute)
         self.meter: UsageMeter | None = None
         self.progress = progress
         self.embedder = embedder if embedder is not None else default_embedder()
@@ -263,7 +264,7 @@ class MemoryBank(LoopPhases):
         """Make ``store`` this bank's memory for a new run, with the LMs active now and a fresh meter."""
         self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
         self.notice = self.lms.notice
-        self.session = TaskSession(store, config=self.config, agents=self.agents, embedder=self.embedder,
+        self.session = TaskMemory(store, config=self.config, agents=self.agents, embedder=self.embedder,
                                    lms=self.lms, emit=self._emit, images=self.images)
         return self._run
 

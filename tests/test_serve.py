@@ -27,7 +27,7 @@ from amb_dspy.serve.registry import TaskRegistry  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {
     "memory_start_task": {"goal", "namespace", "bank"},
-    "memory_observe": {"task_id", "tool", "arguments", "result"},
+    "memory_observe": {"task_id", "tool", "arguments", "result", "wait"},
     "memory_context": {"task_id", "budget"},
     "memory_deep_retrieval": {"task_id", "node_id", "sources_only"},
     "memory_plan": {"task_id", "report"},
@@ -72,12 +72,13 @@ async def whole_task(session: ClientSession, tmp_path: Path, label: str = "") ->
     """start, observe three search results, context, deep retrieval, plan, complete, export, end."""
     task_id = (await ok(session, "memory_start_task", goal=f"{GOAL} {label}".strip()))["task_id"]
     observed = []
-    for i, text in enumerate(RESULTS):
-        observed.append(await ok(session, "memory_observe", task_id=task_id, tool="search",
+    for i, text in enumerate(RESULTS):  # the last one queued: it is memory before the next request runs
+        observed.append(await ok(session, "memory_observe", task_id=task_id, tool="search", wait=i < 2,
                                  arguments={"query": f"{label} query {i}"}, result=f"{text} ({label})"))
-    assert all(o["node_ids"] and not o["repeat"] for o in observed)
+    assert all(o["node_ids"] and not o["repeat"] for o in observed[:2])
+    assert observed[2]["entry_id"] is None and "queued" in observed[2]["message"]
     context = await ok(session, "memory_context", task_id=task_id)
-    assert context.startswith("<task>") and "<memory>" in context and "Calder" in context
+    assert context.startswith("<task>") and "<memory>" in context and "Fenwick hills" in context
     record = await ok(session, "memory_deep_retrieval", task_id=task_id, node_id=observed[1]["node_ids"][0])
     assert RESULTS[1] in record["entries"][0]["text"]
     doc = await ok(session, "memory_plan", task_id=task_id)
@@ -187,9 +188,7 @@ class FakeSession:
     """Stands in for a TaskSession in the registry's idle bookkeeping (which only exports and closes)."""
 
     def __init__(self, task_id: str):
-        import threading
-
-        self.task_id, self.lock, self.closed = task_id, threading.RLock(), False
+        self.task_id, self.busy, self.closed = task_id, False, False
 
     def export(self, path):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -208,16 +207,8 @@ def test_an_idle_task_is_exported_and_closed_and_a_busy_one_is_not(tmp_path):
     now[0] = 50.0
     registry.get("fresh")  # used: its idle clock starts again
     now[0] = 100.0
-    busy.lock.acquire()
-    try:
-        import threading
-
-        expired: list[str] = []
-        worker = threading.Thread(target=lambda: expired.extend(registry.expire_idle()))
-        worker.start()
-        worker.join()
-    finally:
-        busy.lock.release()
+    busy.busy = True  # a request of it is running
+    expired = registry.expire_idle()
     assert expired == ["idle"] and idle.closed and not busy.closed and not fresh.closed
     assert (tmp_path / "idle.json").exists()
     with pytest.raises(ValueError, match="closed after 60 s idle; its bank is in"):

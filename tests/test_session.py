@@ -148,6 +148,20 @@ def test_sessions_share_the_agents_but_never_each_others_nodes(bank):
             assert not set(session.store.graph.nodes_dict) & set(other.store.graph.nodes_dict)
 
 
+def test_observe_without_waiting_is_memory_before_the_next_request(bank):
+    session = bank.start_session(GOAL)
+    queued = [session.observe("search", {"query": f"q{i}"}, text, wait=False)
+              for i, text in enumerate([FESTIVAL, CITY, CHOIR])]
+    assert all(o.entry_id is None and not o.node_ids for o in queued)
+    text = session.context()  # runs after the three conversions, in order
+    assert "Calder" in text and "- search 'q2'" in text
+    assert [e.text for e in session.store.tree.entries.values()] == [FESTIVAL, CITY, CHOIR]
+    assert session.observe("search", {"query": "q1"}, CITY).repeat and not session.busy
+    session.close(remember=False)
+    with pytest.raises(InputError, match="closed"):
+        session.observe("search", {"query": "q9"}, CITY, wait=False)
+
+
 def test_the_banks_run_is_a_session(bank):
     result = bank.ingest(FESTIVAL + "\n\n" + CITY)
     assert bank.session is not None and bank.store is bank.session.store and bank.memory is bank.session.memory

@@ -3,19 +3,22 @@
 Every task is its own bank (its own store, tree, indexes and tool cache); only the bank's agents, LMs
 and embedding model are shared, and they are safe to share across threads (the embedding model guards
 itself, agents keep no per-call state, each thread sets its LM with ``dspy.context``). A task serves
-one request at a time (its session's lock), tasks run at once.
+one request at a time (on its session's own thread), tasks run at once.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from amb_dspy.errors import InputError
+from amb_dspy.errors import InputError, one_line
 from amb_dspy.session import TaskSession
+
+logger = logging.getLogger("amb_dspy.serve")
 
 DEFAULT_IDLE_S = 1800.0
 DEFAULT_MAX_TASKS = 256
@@ -84,13 +87,13 @@ class TaskRegistry:
             idle = [(i, s) for i, s in self._tasks.items() if now - self._used[i] >= self.idle_s]
         expired = []
         for task_id, session in idle:
-            if not session.lock.acquire(blocking=False):
+            if session.busy:
                 continue  # serving a request right now: not idle after all
             try:
                 path = session.export(self.export_dir / f"{task_id}.json")
                 session.close(remember=False)
-            finally:
-                session.lock.release()
+            except InputError:  # ended by its client meanwhile
+                continue
             with self._lock:
                 self._tasks.pop(task_id, None)
                 self._used.pop(task_id, None)
@@ -105,8 +108,8 @@ class TaskRegistry:
             while not self._stop.wait(interval):
                 try:
                     self.expire_idle()
-                except Exception:  # noqa: BLE001 - a failed export is retried on the next round
-                    pass
+                except Exception as exc:  # noqa: BLE001 - a failed export is retried on the next round
+                    logger.warning("idle tasks not closed: %s: %s", type(exc).__name__, one_line(exc))
 
         thread = threading.Thread(target=reap, name="amb-serve-reaper", daemon=True)
         thread.start()

@@ -3,7 +3,7 @@
 Task memory (each task its own bank, see :mod:`amb_dspy.session`)::
 
     memory_start_task(goal, namespace?, bank?) -> {"task_id", "notices"}
-    memory_observe(task_id, tool, arguments, result) -> {"entry_id", "node_ids", "repeat", "failure", "message"}
+    memory_observe(task_id, tool, arguments, result, wait?) -> {"entry_id", "node_ids", "repeat", "failure", "message"}
     memory_context(task_id, budget?) -> the <task> and <memory> blocks for the next step
     memory_deep_retrieval(task_id, node_id, sources_only?) -> the node's raw record (JSON)
     memory_plan(task_id, report?) / memory_complete(task_id, description?, status?, answer?) -> the Insight Doc
@@ -98,11 +98,13 @@ def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy
         return _json({"task_id": session.task_id, "notices": session.state.notices})
 
     @tool
-    def memory_observe(task_id: str, tool: str, result: str, arguments: dict[str, Any] | None = None) -> str:
+    def memory_observe(task_id: str, tool: str, result: str, arguments: dict[str, Any] | None = None,
+                       wait: bool = False) -> str:
         """Hand over one tool call of yours and what it returned: it becomes memory (nodes in the Query Graph,
-        the raw text in the Interaction Tree). A call already observed with the same result is a repeat and is
-        not stored again."""
-        return _json(registry.get(task_id).observe(tool, arguments, result).as_dict())
+        the raw text in the Interaction Tree) before the task's next request runs. A call already observed
+        with the same result is a repeat and is not stored again. wait: return only once it is memory, with
+        its entry and node ids."""
+        return _json(registry.get(task_id).observe(tool, arguments, result, wait=wait).as_dict())
 
     @tool
     def memory_context(task_id: str, budget: int | None = None) -> str:
