@@ -137,14 +137,18 @@ class TaskSession(TaskMemory):
 
         with self._queue_lock:
             self._queued += 1
-        return self._worker.submit(run)
+        try:
+            return self._worker.submit(run)
+        except RuntimeError:  # closed by another request meanwhile: its thread takes no more work
+            with self._queue_lock:
+                self._queued -= 1
+            raise InputError(f"task {self.task_id} is closed") from None
 
     @property
     def busy(self) -> bool:
         """Whether a request of this task is running or waiting."""
         with self._queue_lock:
             return self._queued > 0
-
 
     # --- the outside agent's interface ---------------------------------------------------------
     def observe(self, tool: str, arguments: dict[str, Any] | None, result: str, *, wait: bool = True) -> Observed:
@@ -260,7 +264,3 @@ class TaskSession(TaskMemory):
         return {"task_id": self.task_id, "answer": self.state.answer, "nodes": len(self.store.graph),
                 "entries": len(self.store.tree), "errors": list(self.state.errors),
                 "notices": [*self.state.notices, *notices], "fallbacks": dict(self.state.fallbacks)}
-
-    def summary(self) -> dict[str, Any]:
-        """The Insight Doc as JSON, for a caller that plans or completes."""
-        return self.store.insight_doc.model_dump(mode="json")
