@@ -124,8 +124,7 @@ async def over_http(url: str, work: Path, sessions: int, per_task: int, passages
                              result=text)
                 except RuntimeError as exc:
                     errors.append(str(exc))
-            path = work / f"http-{i}.json"
-            await ok(session, "memory_export", task_id=task, path=str(path))
+            path = Path((await ok(session, "memory_export", task_id=task, path=f"http-{i}.json"))["path"])
             await ok(session, "memory_end_task", task_id=task, remember=False)
         return task, texts, json.loads(path.read_text())
 
@@ -135,13 +134,21 @@ async def over_http(url: str, work: Path, sessions: int, per_task: int, passages
     leaks = missing = 0
     for i, outcome in enumerate(done):
         if isinstance(outcome, BaseException):
-            errors.append(f"{type(outcome).__name__}: {outcome}")
+            error = innermost(outcome)
+            errors.append(f"{type(error).__name__}: {error}")
             continue
         _task, texts, bank = outcome
         entries = [e["text"] for e in bank["interaction_tree"]["entries"]]
         leaks += sum(1 for e in entries if f"[task {i} " not in e)
         missing += sum(1 for t in texts if t not in entries)
     return {"errors": errors, "leaks": leaks, "missing": missing, "seconds": seconds}
+
+
+def innermost(error: BaseException) -> BaseException:
+    """The first exception inside (nested) exception groups, which anyio task groups raise."""
+    while getattr(error, "exceptions", None):
+        error = error.exceptions[0]
+    return error
 
 
 def free_port() -> int:

@@ -85,7 +85,8 @@ async def whole_task(session: ClientSession, tmp_path: Path, label: str = "") ->
     assert doc["pending_tasks"] and doc["pending_tasks"][0].startswith("Answer the task goal from memory")
     doc = await ok(session, "memory_complete", task_id=task_id, status="success", answer="The Calder")
     assert doc["completed_tasks"][-1]["status"] == "success" and not doc["pending_tasks"]
-    path = Path((await ok(session, "memory_export", task_id=task_id, path=str(tmp_path / f"bank{label}.json")))["path"])
+    path = Path((await ok(session, "memory_export", task_id=task_id, path=f"bank{label}.json"))["path"])
+    assert path == (tmp_path / "storage" / "sessions" / f"bank{label}.json").resolve()
     bank = json.loads(path.read_text())
     assert [e["text"] for e in bank["interaction_tree"]["entries"]] == [f"{t} ({label})" for t in RESULTS]
     summary = await ok(session, "memory_end_task", task_id=task_id, remember=False)
@@ -115,6 +116,7 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
                 ("memory_complete", {"task_id": open_id, "status": "finished"}, "success or failure"),
                 ("memory_start_task", {"goal": "g", "bank": str(tmp_path / "missing.json")}, "no such file"),
                 ("memory_write", {"text": "x", "kind": "opinion"}, "unknown kind"),
+                ("memory_export", {"task_id": open_id, "path": "../../outside.json"}, "must be a file inside"),
             ]:
                 text, error = await call(session, tool, **arguments)
                 assert error and expected in text and "\n" not in text, (tool, text)
@@ -134,7 +136,8 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
             assert error and "no long-term item" in text
 
             # a task started from the exported bank sees the first task's memory
-            again = (await ok(session, "memory_start_task", goal=GOAL, bank=str(tmp_path / "bank.json")))["task_id"]
+            exported = tmp_path / "storage" / "sessions" / "bank.json"
+            again = (await ok(session, "memory_start_task", goal=GOAL, bank=str(exported)))["task_id"]
             assert "Calder" in await ok(session, "memory_context", task_id=again)
 
     asyncio.run(scenario())

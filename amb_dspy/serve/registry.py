@@ -76,6 +76,15 @@ class TaskRegistry:
             self._used.pop(task_id, None)
         return summary
 
+    def export_path(self, task_id: str, name: str | None = None) -> Path:
+        """Where a client may have a task's bank written: inside ``export_dir`` only (a client never picks
+        a file elsewhere on the server)."""
+        root = self.export_dir.resolve()
+        path = (root / (name or f"{task_id}.json")).resolve()
+        if not path.is_relative_to(root) or path == root:
+            raise InputError(f"the export path must be a file inside {root}, not {name!r}")
+        return path
+
     def open_ids(self) -> list[str]:
         with self._lock:
             return list(self._tasks)

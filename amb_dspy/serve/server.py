@@ -135,9 +135,10 @@ def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy
 
     @tool
     def memory_export(task_id: str, path: str | None = None) -> str:
-        """Write the task's bank file (default: STORAGE_DIR/sessions/<task_id>.json on the server); amb show
-        reads it, memory_start_task(bank=...) starts another task from it."""
-        return _json({"path": str(registry.get(task_id).export(path))})
+        """Write the task's bank file on the server, under STORAGE_DIR/sessions/ (path: a file name or a path
+        inside that folder; default <task_id>.json); amb show reads it, memory_start_task(bank=...) starts
+        another task from it."""
+        return _json({"path": str(registry.get(task_id).export(registry.export_path(task_id, path)))})
 
     @tool
     def memory_end_task(task_id: str, remember: bool | None = None) -> str:
