@@ -166,3 +166,18 @@ def test_the_banks_run_is_a_session(bank):
     result = bank.ingest(FESTIVAL + "\n\n" + CITY)
     assert bank.session is not None and bank.store is bank.session.store and bank.memory is bank.session.memory
     assert bank._run is bank.session.state and result.fallbacks == bank.session.state.fallbacks
+
+
+def test_a_closed_task_is_remembered_and_recalled_by_the_next_one_in_its_namespace(tmp_path, embedder):
+    config = AmbConfig(storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", policy="heuristic")
+    bank = MemoryBank(config, lm=make_lm(), embedder=embedder)
+    first = bank.start_session(GOAL, namespace="alice")
+    first.observe("search", {"query": "Port Merrow river"}, CITY)
+    first.complete(GOAL, "success", "The river Calder flows through Port Merrow.")
+    summary = first.close(remember=True)
+    assert "remembered in namespace 'alice'" in summary["notices"]
+
+    again = bank.start_session("Which river flows through Port Merrow?", namespace="alice")
+    assert "From earlier tasks:" in again.context() and "river Calder flows through Port Merrow" in again.context()
+    stranger = bank.start_session("Which river flows through Port Merrow?", namespace="bob")
+    assert "From earlier tasks:" not in stranger.context()
