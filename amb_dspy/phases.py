@@ -3,7 +3,9 @@
 :class:`LoopPhases` is mixed into :class:`~amb_dspy.bank.MemoryBank`; it works on the run's memory
 (``store``, ``memory`` the :class:`~amb_dspy.memory_writer.MemoryWriter`, ``memory_adapter``), its images
 (``images``), LMs (``lms``), ``config``, and the bank's ``_agent`` (call an agent with its LM) and ``_emit``
-(report progress). It formats no prompt text: the adapter does.
+(report progress). It formats no prompt text: the adapter does. Planning, turning tool responses into
+memory and writing the prompt are the run's :class:`~amb_dspy.task_memory.TaskMemory`'s (``session``),
+which outside agents use through :class:`~amb_dspy.session.TaskSession`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,7 @@ from typing import Any
 import dspy
 
 from amb_dspy.adapter import TaskKind, knowledge_text, recognition_text
-from amb_dspy.agents import (
-    answer_from_memory_task,
-)
+from amb_dspy.agents import answer_from_memory_task
 from amb_dspy.errors import one_line
 from amb_dspy.executor import AnswerFromMemory, ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
