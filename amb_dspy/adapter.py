@@ -107,18 +107,19 @@ class MemoryAdapter:
             return []
         return self.store.retrieve_for_text(query, k=self.k, alpha=self.alpha)
 
-    def memory_text(self, doc: InsightDoc) -> str:
-        """The <memory> section's text for ``doc``'s pending task (or its goal), in the configured view,
-        then what long-term memory recalled from earlier tasks (``recalled``, set by the bank)."""
+    def memory_text(self, doc: InsightDoc, budget: int | None = None) -> str:
+        """The <memory> section's text for ``doc``'s pending task (or its goal), in the configured view
+        (the evidence view within ``budget`` tokens, default ``self.budget``), then what long-term memory
+        recalled from earlier tasks (``recalled``, set by the bank)."""
         query = doc.current_task or doc.task_goal
         if self.view is not None and query and len(self.store.graph):
-            text = self.view.block(query, self.budget) or NO_MEMORY
+            text = self.view.block(query, budget or self.budget) or NO_MEMORY
         else:
             text = format_memory(self.memory_for(doc))
         return f"{text}\n\n{self.recalled}" if self.recalled else text
 
-    def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
-        memory = self.memory_text(doc)
+    def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = (), budget: int | None = None) -> str:
+        memory = self.memory_text(doc, budget)
         return (
             f"<task>\n{format_task(doc, already_fetched)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
             "Carry out the next step based on the task and memory above."

@@ -13,7 +13,6 @@ leaves the graph as it was and still keeps the raw text in the Interaction Tree.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,23 +20,15 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import MemoryAdapter
-from amb_dspy.agents import (
-    AGENT_CLASSES,
-    AgentError,
-)
-from amb_dspy.agents.fallback import POLICIES
+from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
-from amb_dspy.errors import InputError, one_line
+from amb_dspy.errors import InputError
 from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
 from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
-from amb_dspy.longterm import LongTermError, format_recalled, open_store_or_notice, recall, remember_task
-from amb_dspy.longterm.registry import store_exists
-from amb_dspy.memory_writer import MemoryWriter
 from amb_dspy.phases import LoopPhases
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.run_state import (
@@ -47,10 +38,12 @@ from amb_dspy.run_state import (
     RunState,
     read_context_file,
 )
+from amb_dspy.session import TaskSession
 from amb_dspy.storage import (
     InsightDoc,
     InteractionEntry,
 )
+from amb_dspy.task_memory import SessionAttribute, TaskMemory, start_store
 from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
@@ -58,7 +51,18 @@ __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
 
 
 class MemoryBank(LoopPhases):
-    """An agent with a task-scoped, structured memory. ``run(task, context, images)`` answers a task."""
+    """An agent with a task-scoped, structured memory. ``run(task, context, images)`` answers a task.
+
+    A run's memory is a :class:`~amb_dspy.task_memory.TaskMemory` (``self.session``): ``store``, ``memory``,
+    ``memory_adapter``, ``tool_cache``, ``meter`` and ``_run`` are its attributes.
+    """
+
+    store = SessionAttribute()
+    memory = SessionAttribute()
+    memory_adapter = SessionAttribute()
+    tool_cache = SessionAttribute()
+    meter = SessionAttribute()
+    _run = SessionAttribute("state")
 
     def __init__(
         self,
@@ -81,6 +85,7 @@ class MemoryBank(LoopPhases):
         self._lm, self._agent_lms = lm, dict(agent_lms or {})
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
+        self.session: TaskMemory | None = None  # the current run's memory (see SessionAttribute)
         self.meter: UsageMeter | None = None
         self.progress = progress
         self.embedder = embedder if embedder is not None else default_embedder()
@@ -97,10 +102,9 @@ class MemoryBank(LoopPhases):
 
         self._search, self._corpus = search, corpus
         self.store = MemoryStore(self.embedder)
-        self.memory_adapter: MemoryAdapter | None = None
-        self.memory: MemoryWriter | None = None
+        self.memory_adapter = None
+        self.memory = None
         self._run: RunState | None = None  # the run under way (its errors and fallback counts)
-        self._count_lock = threading.Lock()
         self.tool_cache: ToolCache | None = None  # the run's searches and visits (built with its executor)
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
@@ -111,28 +115,8 @@ class MemoryBank(LoopPhases):
 
     # --- agent calls -------------------------------------------------------------------------
     def _agent(self, name: str, **inputs):
-        """Call an agent as ``config.policy`` says: with its LM (anything it raises but the LM-call cap
-        becomes its AgentError), its deterministic policy, or the LM and then the policy when the LM's
-        answer is unusable. Every use of a policy is counted in the run's ``fallbacks``."""
-        if self.config.policy != "heuristic":
-            try:
-                with self.lms.use(name):
-                    try:
-                        return self.agents[name](**inputs)
-                    except AgentError:
-                        raise
-                    except Exception as exc:  # noqa: BLE001 - an agent's failure fails the task, never the run
-                        raise AgentError(name, f"{type(exc).__name__}: {one_line(exc)}") from exc
-            except AgentError as exc:
-                if self.config.policy == "lm":
-                    raise
-                self._run.errors.append(f"{exc} (its deterministic policy was used)")
-        if name == "structure":  # the policy favours the sentences the task asks about
-            inputs = {**inputs, "task_goal": self.store.insight_doc.task_goal}
-        with self._count_lock:  # agents' calls may run in threads (amb_dspy.parallel)
-            self._run.fallbacks[name] = self._run.fallbacks.get(name, 0) + 1
-        with self.lms.use(name):  # token counting and window caps follow the agent's LM
-            return POLICIES[name](self.agents[name], self.embedder, **inputs)
+        """Call an agent as ``config.policy`` says (see :meth:`TaskSession.call_agent`)."""
+        return self.session.call_agent(name, **inputs)
 
     def _emit(self, phase: str, state: RunState, message: str = "") -> None:
         if self.progress is None or self.meter is None:
@@ -193,34 +177,24 @@ class MemoryBank(LoopPhases):
 
     def _recall_across_tasks(self, state: RunState, task: str) -> None:
         """Earlier tasks' items for ``task`` into <memory> (``config.recall``; by default when a store exists)."""
-        wanted = self.config.recall if self.config.recall is not None else store_exists(self.config)
-        if not wanted:
-            return
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        if store is None:
-            state.notices.append(notice)
+        for notice in self.session.recall(task):
             self._emit("notice", state, notice)
-            return
-        try:
-            self.memory_adapter.recalled = format_recalled(recall(store, namespace=self.config.namespace, query=task))
-        except LongTermError as exc:  # a failing store never breaks the run
-            state.notices.append(f"no long-term memory this run: {exc}")
-            self._emit("notice", state, state.notices[-1])
 
     def _remember_across_tasks(self, result: RunResult) -> None:
         """The task's goal, answer, citations, completed tasks and hops into long-term memory (``config.remember``)."""
         if not self.config.remember:
             return
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        try:
-            if store is None:
-                raise LongTermError(notice)
-            doc = result.insight_doc
-            remember_task(store, namespace=self.config.namespace, task_id=doc["doc_id"], goal=doc["task_goal"],
-                          answer=result.answer, citations=result.citations, completed_tasks=doc["completed_tasks"],
-                          hops=result.hops, redact=self.config.redact)
-        except LongTermError as exc:  # the answer stands; the memory write is reported
-            result.notices.append(f"not remembered: {exc}")
+        notice = self.session.remember(result.answer, result.citations)
+        if notice:
+            result.notices.append(notice)
+
+    def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
+                      namespace: str | None = None) -> TaskSession:
+        """A task for an agent outside this bank's loop (see :mod:`amb_dspy.session`), on this bank's agents,
+        LMs and embedding model, which its sessions share; this bank's own run is not touched."""
+        return TaskSession.start(goal, bank=bank, namespace=namespace, config=self.config, agents=self.agents,
+                                 embedder=self.embedder, images=None,
+                                 lms=resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms))
 
     def resume(self, directory: str | Path) -> RunResult:
         """Continue the run whose checkpoint is in ``directory`` from its last completed loop (see
@@ -284,37 +258,21 @@ class MemoryBank(LoopPhases):
         return context
 
     def _start_store(self, bank: str | Path | MemoryStore | None, doc: InsightDoc) -> tuple[MemoryStore, list[str]]:
-        """A new task's store, empty or a copy of a bank's graph and tree (BankFileError if the file is bad),
-        and notices about the loading (a bank embedded with another model is embedded again)."""
-        notices: list[str] = []
-        if bank is None:
-            return MemoryStore(self.embedder, doc), notices
-        if not isinstance(bank, MemoryStore):
-            bank = MemoryStore.load(bank, self.embedder, notices=notices)
-        return bank.copy(doc), notices
+        return start_store(self.embedder, bank, doc)
 
     def _begin(self, store: MemoryStore) -> RunState:
         """Make ``store`` this bank's memory for a new run, with the LMs active now and a fresh meter."""
         self.lms = resolve_lms(self.config, lm=self._lm, agent_lms=self._agent_lms)
         self.notice = self.lms.notice
-        self.store = store
-        self.memory_adapter = MemoryAdapter(store, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
-                                            view=self.config.memory_view, budget=self.config.memory_tokens)
-        self.memory = MemoryWriter(store, self.config, self._agent, self._emit, threads=self._structure_threads)
-        # The meter belongs to this run, not to its LMs, which other banks may share.
-        self.meter = UsageMeter(max_calls=self.config.max_lm_calls)
-        self._run = RunState(doc_id=store.insight_doc.doc_id)
+        self.session = TaskMemory(store, config=self.config, agents=self.agents, embedder=self.embedder,
+                                   lms=self.lms, emit=self._emit, images=self.images)
         return self._run
 
     def _structure_threads(self) -> int:
-        with self.lms.use("structure"):
-            return self.agents["structure"].lm_threads() if hasattr(self.agents["structure"], "lm_threads") else 1
+        return self.session.structure_threads()
 
     def _citation(self, node_id: str) -> dict[str, str]:
-        """A cited node as a user checks it: its topic and the first raw passage it was built from."""
-        sources = self.store.source_texts(node_id)
-        return {"node_id": node_id, "topic": self.store.graph.node(node_id).context,
-                "source": " ".join(sources[0][3].split())[:300] if sources else ""}
+        return self.session.citation(node_id)
 
     def _keep_unrecognised(self, state: RunState) -> None:
         """A text-only executor cannot recognise images: keep them as attachments and say so, before any LM call."""

@@ -13,8 +13,10 @@ from pathlib import Path
 import typer
 
 from amb_dspy.errors import one_line
+from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
+app.command("serve")(serve_command)
 
 
 def _fail(message: str, code: int = 1) -> None:

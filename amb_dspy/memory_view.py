@@ -20,6 +20,7 @@ still fit) and say which nodes and spans they showed, for provenance-based recal
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable
@@ -100,7 +101,9 @@ class MemoryView:
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
-        self.node_weight, self.hop_weight, self.line_tokens, self.count = node_weight, hop_weight, line_tokens, count
+        # A line's cost is counted once: a block weighs every line of the bank until its budget is full.
+        self.node_weight, self.hop_weight, self.line_tokens = node_weight, hop_weight, line_tokens
+        self.count = functools.lru_cache(maxsize=100_000)(count)
         self.context_weight = context_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, each line's nodes), rebuilt when the graph's nodes change

@@ -3,7 +3,9 @@
 :class:`LoopPhases` is mixed into :class:`~amb_dspy.bank.MemoryBank`; it works on the run's memory
 (``store``, ``memory`` the :class:`~amb_dspy.memory_writer.MemoryWriter`, ``memory_adapter``), its images
 (``images``), LMs (``lms``), ``config``, and the bank's ``_agent`` (call an agent with its LM) and ``_emit``
-(report progress). It formats no prompt text: the adapter does.
+(report progress). It formats no prompt text: the adapter does. Planning, turning tool responses into
+memory and writing the prompt are the run's :class:`~amb_dspy.task_memory.TaskMemory`'s (``session``),
+which outside agents use through :class:`~amb_dspy.session.TaskSession`.
 """
 
 from __future__ import annotations
@@ -12,20 +14,13 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import TaskKind, image_task, knowledge_text, recognition_text
-from amb_dspy.agents import (
-    AgentError,
-    ConflictNotification,
-    answer_from_memory_task,
-    cross_validation_task,
-    is_cross_validation_task,
-)
+from amb_dspy.adapter import TaskKind, knowledge_text, recognition_text
+from amb_dspy.agents import answer_from_memory_task
 from amb_dspy.errors import one_line
 from amb_dspy.executor import AnswerFromMemory, ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
-from amb_dspy.memory_writer import node_info
 from amb_dspy.run_state import Conflict, RunState, revised
-from amb_dspy.storage import CompletedTask, Hop, HopCall, InsightDoc, QueryGraphNode, TaskStatus, TaskType
+from amb_dspy.storage import Hop, HopCall, InsightDoc, QueryGraphNode, TaskStatus
 
 
 class LoopPhases:
@@ -79,7 +74,7 @@ class LoopPhases:
         self._record_hop(state, doc, kind.value, result, before)
 
     def _prompt(self, doc: InsightDoc) -> str:
-        return self.memory_adapter.enhance_prompt(doc, already_fetched=self.tool_cache.already_fetched())
+        return self.session.prompt(doc)
 
     def _record_hop(self, state: RunState, doc: InsightDoc, kind: str, result: ExecutionResult,
                     before: dict[str, int]) -> None:
@@ -112,14 +107,7 @@ class LoopPhases:
         if not knowledge:
             return [], ""
         metadata = {**_tool_metadata(knowledge, doc), "answer": result.answer}
-        text = knowledge_text(knowledge)
-        converted = self.memory.convert(state, text, metadata)
-        entry = next((e for e in reversed(self.store.tree.entries.values()) if e.text == text), None)
-        if entry is not None and "conversion_failed" not in entry.metadata:
-            self.tool_cache.recorded(knowledge, entry.entry_id)  # a repeat reads its response back from here
-        else:
-            self.tool_cache.forget(knowledge)  # not memory yet: a repeat fetches and converts it again
-        return converted
+        return self.session.remember_calls(knowledge, metadata)
 
     def _final_answer(self, state: RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
@@ -170,54 +158,16 @@ class LoopPhases:
         self.store.set_insight_doc(revised(doc, pending=[retry]))
         return None
 
-    # --- planning ----------------------------------------------------------------------------
+    # --- planning (the session's: outside agents plan the same way) -------------------------------
     def _next_conflict(self, state: RunState) -> Conflict | None:
-        while state.conflicts:
-            conflict = state.conflicts.pop(0)
-            alive = [i for i in conflict.node_ids if i in self.store.graph]
-            if len(alive) >= 2:
-                conflict.node_ids = alive
-                return conflict
-        return None
+        return self.session.next_conflict()
 
     def _requeue(self, state: RunState, conflict: Conflict) -> None:
-        if conflict.round + 1 > self.config.max_merge_rounds:
-            state.errors.append(f"conflict between {conflict.node_ids} left unresolved: round cap reached")
-            return
-        state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))
+        self.session.requeue(conflict)
 
     def _plan(self, state: RunState, new_nodes: list[QueryGraphNode], report: str, failure: str) -> bool:
         """Let planning revise the Insight Doc; False when the planning agent failed (a fallback was used)."""
-        doc = self.store.insight_doc
-        state.active = self._next_conflict(state)
-        notification = None
-        if state.active is not None:
-            notification = ConflictNotification(conflicting_node_ids=state.active.node_ids,
-                                                 conflict_description=state.active.description)
-        self._emit("plan", state)
-        try:
-            plan = self._agent("planning", insight_doc=doc, new_memory_nodes=[node_info(n) for n in new_nodes
-                                                                              if n.id in self.store.graph],
-                               conflict=notification, execution_report=report, failure_reason=failure)
-            new_doc = revised(doc, completed=plan.completed_tasks, pending=plan.pending_tasks[:1])
-            planned = True
-        except AgentError as exc:
-            planned = False
-            state.errors.append(str(exc))
-            completed = list(doc.completed_tasks)
-            if doc.current_task:
-                completed.append(CompletedTask(
-                    type=TaskType.CROSS_VALIDATE if is_cross_validation_task(doc.current_task) else TaskType.NORMAL,
-                    description=doc.current_task, status=TaskStatus.FAILURE, context=f"planning failed: {exc}"[:300],
-                ))
-            pending = [cross_validation_task(notification)] if notification else []
-            new_doc = revised(doc, completed=completed, pending=pending)
-        if state.active is None:
-            recognition = image_task([image.original_name for image in self.images.pending_images(state.doc_id)])
-            if recognition:
-                new_doc = revised(new_doc, pending=[recognition])
-        self.store.set_insight_doc(new_doc)
-        return planned
+        return self.session.plan_step(new_nodes, report, failure)
 
 
 def _tool_metadata(calls: list, doc: InsightDoc) -> dict[str, Any]:

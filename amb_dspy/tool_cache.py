@@ -5,6 +5,10 @@ does not reach its backend: the earlier response is read back from the entry tha
 as a repeat naming the node(s) it became, and it is not converted to memory again. Failed calls are not
 remembered. The executor's ``<task>`` lists what was already fetched, so it can plan around it.
 
+An agent outside the built-in loop hands its tool results over after the fact (:meth:`ToolCache.observed`,
+used by :class:`~amb_dspy.session.TaskSession`): a result already observed, same call and same text, is
+not converted again; any other tool than search and visit is keyed by its name and exact arguments.
+
 Queries are compared as bags of words (case, punctuation, spacing and word order ignored): keyword
 search, local BM25 and web engines alike, rank the same words in another order the same way, and a
 small executor often reorders its keywords. URLs are compared with scheme and host lower-cased, http
@@ -13,6 +17,7 @@ and https alike, the fragment dropped and a trailing slash ignored.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -51,6 +56,18 @@ def call_key(name: str, args: dict[str, Any]) -> str | None:
     if name == "visit":
         return url_key(args.get("url", ""))
     return None
+
+
+# Tools that read memory back, or end a ReAct loop: what they return is never new knowledge.
+NEVER_CACHED = frozenset({"deep_retrieval", "finish"})
+
+
+def observed_key(name: str, args: dict[str, Any]) -> str | None:
+    """The key of any tool's call: :func:`call_key` for search and visit, else the name and exact arguments."""
+    key = call_key(name, args)
+    if key is not None or name in NEVER_CACHED:
+        return key
+    return f"{name}:" + json.dumps(args, sort_keys=True, ensure_ascii=False, default=str)
 
 
 class Repeat(Observation):
@@ -96,12 +113,33 @@ class ToolCache:
             tool.func = call
         return tool
 
+    def observed(self, name: str, args: dict[str, Any], text: str) -> Repeat | None:
+        """An outside agent's result of ``name(**args)``: a :class:`Repeat` when this task already holds the
+        same call with the same text in memory, else None, the call noted as fetched (see :meth:`recorded`)."""
+        key = observed_key(name, args) if self.enabled else None
+        if key is None:
+            return None
+        fetched = self._fetched.get(key)
+        if fetched is not None and fetched.text == text:
+            return self._repeat(key)
+        if fetched is not None:  # the same call answered anew: the newer text is the one to keep
+            self._order.remove(key)
+        self._fetched[key] = _Fetched(self._label(name, args), text)
+        self._order.append(key)
+        return None
+
+    def entry_of(self, name: str, args: dict[str, Any]) -> str | None:
+        """The Interaction Tree entry that holds the response of ``name(**args)``, if it became memory."""
+        key = observed_key(name, args)
+        fetched = self._fetched.get(key) if key else None
+        return fetched.entry_id if fetched is not None else None
+
     def recorded(self, calls: Iterable[Any], entry_id: str) -> None:
         """The responses of ``calls`` now live in entry ``entry_id``: later repeats read them from there."""
         text = self.store.tree.entries[entry_id].text
         cursor = 0
         for call in calls:
-            key = call_key(call.name, call.args)
+            key = observed_key(call.name, call.args)
             fetched = self._fetched.get(key) if key else None
             start = text.find(call.observation, cursor)
             if fetched is None or fetched.entry_id is not None or start < 0:
@@ -112,7 +150,7 @@ class ToolCache:
     def forget(self, calls: Iterable[Any]) -> None:
         """Drop ``calls`` from the cache (their responses did not become memory), so a repeat runs again."""
         for call in calls:
-            key = call_key(call.name, call.args)
+            key = observed_key(call.name, call.args)
             if key in self._fetched and self._fetched[key].entry_id is None:
                 del self._fetched[key]
                 self._order.remove(key)
@@ -145,4 +183,6 @@ class ToolCache:
     def _label(name: str, args: dict[str, Any]) -> str:
         if name == "search":
             return f"search '{' '.join(str(args.get('query', '')).split())[:80]}'"
-        return f"visit {str(args.get('url', '')).strip()[:120]}"
+        if name == "visit":
+            return f"visit {str(args.get('url', '')).strip()[:120]}"
+        return f"{name} {json.dumps(args, ensure_ascii=False, default=str)[:100]}"

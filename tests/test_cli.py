@@ -19,7 +19,8 @@ def test_help_imports_no_heavy_library():
                          capture_output=True, text=True, cwd=ROOT)
     assert "run" in out.stdout and "optimize" in out.stdout and "eval" in out.stdout
     imported = {line.split("|")[-1].strip().split(".")[0] for line in out.stderr.splitlines() if "|" in line}
-    assert not imported & {"torch", "sentence_transformers", "faiss", "dspy", "llama_cpp", "transformers"}
+    assert not imported & {"torch", "sentence_transformers", "faiss", "dspy", "llama_cpp", "transformers",
+                              "mcp", "pydantic_ai", "langgraph"}
 
 
 def test_version():

@@ -1,0 +1,128 @@
+"""The server's open tasks: one :class:`~amb_dspy.session.TaskSession` each, idle ones exported and closed.
+
+Every task is its own bank (its own store, tree, indexes and tool cache); only the bank's agents, LMs
+and embedding model are shared, and they are safe to share across threads (the embedding model guards
+itself, agents keep no per-call state, each thread sets its LM with ``dspy.context``). A task serves
+one request at a time (on its session's own thread), tasks run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from amb_dspy.errors import InputError, one_line
+from amb_dspy.session import TaskSession
+
+logger = logging.getLogger("amb_dspy.serve")
+
+DEFAULT_IDLE_S = 1800.0
+DEFAULT_MAX_TASKS = 256
+
+
+class TaskRegistry:
+    """Open tasks by id. ``start_session(goal, bank=, namespace=)`` makes a session (``MemoryBank.start_session``);
+    a task unused for ``idle_s`` seconds is exported under ``export_dir`` and closed by :meth:`expire_idle`,
+    which a daemon thread calls every ``min(idle_s / 4, 30)`` seconds once :meth:`start_reaper` is called."""
+
+    def __init__(self, start_session: Callable[..., TaskSession], *, export_dir: Path,
+                 idle_s: float = DEFAULT_IDLE_S, max_tasks: int = DEFAULT_MAX_TASKS,
+                 clock: Callable[[], float] = time.monotonic):
+        self._start_session = start_session
+        self.export_dir = Path(export_dir)
+        self.idle_s, self.max_tasks, self.clock = idle_s, max_tasks, clock
+        self._tasks: dict[str, TaskSession] = {}
+        self._used: dict[str, float] = {}
+        self._expired: dict[str, str] = {}  # task id -> where its bank was exported
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+
+    def start(self, goal: str, *, bank: str | None = None, namespace: str | None = None) -> TaskSession:
+        with self._lock:
+            if len(self._tasks) >= self.max_tasks:
+                raise InputError(f"{len(self._tasks)} tasks are open, the server's limit: end one first")
+        if bank is not None:
+            path = Path(bank).expanduser()
+            if not path.is_file():
+                raise InputError(f"bank file {bank}: no such file")
+            bank = str(path)
+        session = self._start_session(goal, bank=bank, namespace=namespace)
+        with self._lock:
+            self._tasks[session.task_id] = session
+            self._used[session.task_id] = self.clock()
+        return session
+
+    def get(self, task_id: str) -> TaskSession:
+        """The open task ``task_id`` (its idle clock restarts), or InputError saying why there is none."""
+        with self._lock:
+            session = self._tasks.get(task_id)
+            if session is not None:
+                self._used[task_id] = self.clock()
+                return session
+            expired = self._expired.get(task_id)
+        if expired:
+            raise InputError(f"task {task_id} was closed after {self.idle_s:g} s idle; its bank is in {expired}")
+        raise InputError(f"no open task {task_id!r}: start one with memory_start_task")
+
+    def end(self, task_id: str, remember: bool | None = None) -> dict[str, Any]:
+        session = self.get(task_id)
+        summary = session.close(remember=remember)
+        with self._lock:
+            self._tasks.pop(task_id, None)
+            self._used.pop(task_id, None)
+        return summary
+
+    def export_path(self, task_id: str, name: str | None = None) -> Path:
+        """Where a client may have a task's bank written: inside ``export_dir`` only (a client never picks
+        a file elsewhere on the server)."""
+        root = self.export_dir.resolve()
+        path = (root / (name or f"{task_id}.json")).resolve()
+        if not path.is_relative_to(root) or path == root:
+            raise InputError(f"the export path must be a file inside {root}, not {name!r}")
+        return path
+
+    def open_ids(self) -> list[str]:
+        with self._lock:
+            return list(self._tasks)
+
+    def expire_idle(self) -> list[str]:
+        """Export and close every task idle for ``idle_s`` seconds (not one serving a request); their ids."""
+        now = self.clock()
+        with self._lock:
+            idle = [(i, s) for i, s in self._tasks.items() if now - self._used[i] >= self.idle_s]
+        expired = []
+        for task_id, session in idle:
+            if session.busy:
+                continue  # serving a request right now: not idle after all
+            try:
+                path = session.export(self.export_dir / f"{task_id}.json")
+                session.close(remember=False)
+            except InputError:  # ended by its client meanwhile
+                continue
+            with self._lock:
+                self._tasks.pop(task_id, None)
+                self._used.pop(task_id, None)
+                self._expired[task_id] = str(path)
+            expired.append(task_id)
+        return expired
+
+    def start_reaper(self) -> threading.Thread:
+        interval = max(0.05, min(self.idle_s / 4, 30.0))
+
+        def reap() -> None:
+            while not self._stop.wait(interval):
+                try:
+                    self.expire_idle()
+                except Exception as exc:  # noqa: BLE001 - a failed export is retried on the next round
+                    logger.warning("idle tasks not closed: %s: %s", type(exc).__name__, one_line(exc))
+
+        thread = threading.Thread(target=reap, name="amb-serve-reaper", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
