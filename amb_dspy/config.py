@@ -38,6 +38,8 @@ class AmbConfig(BaseSettings):
 
     lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
                                    "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
+    ingest_batch: int = Field(8, ge=1, description="most clusters (structure) or new nodes (analysis) one call takes, "
+                              "within the agent's window; 1: a call each (AMB_INGEST_BATCH)")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")

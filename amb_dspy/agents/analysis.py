@@ -12,7 +12,15 @@ current context or keywords where the LM left one out), and a "conflict" has a d
 When the new node plus all candidates would overflow the window, the candidates are split into groups
 that fit, one call per group, numbered from 1 in each.
 
-Predictor: ``analyze`` (:class:`AnalyzeRelationships`).
+Several new nodes at once (``forward(batch=[(node, candidates), ...])``, the bank's memory conversion):
+the nodes whose candidates fit one call go to :class:`AnalyzeRelationshipsBatch`, packed by the window,
+each with its own candidates numbered from 1; each node gets the output a call of its own would give
+it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
+out, is judged on its own exactly as above. The caller decides which nodes may be judged together
+(see :mod:`amb_dspy.memory_writer`: the spec's order is kept by checking each verdict still applies).
+
+Predictor: ``analyze`` (:class:`AnalyzeRelationships`); the batch predictor is not compiled (held
+outside the module's named predictors).
 """
 
 from __future__ import annotations
@@ -23,8 +31,9 @@ from typing import Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
-from amb_dspy.agents.chunking import pack
+from amb_dspy.agents.base import Borrowed, LMKeywords, MemoryAgent, dedupe, logger
+from amb_dspy.agents.chunking import at_most, pack
+from amb_dspy.parallel import map_in_context
 from amb_dspy.storage.content import NodeContent
 
 RelationshipKind = Literal["conflict", "related", "unrelated"]
@@ -90,6 +99,32 @@ class AnalyzeRelationships(dspy.Signature):
     relationships: list[Judgement] = dspy.OutputField(desc="one judgement per candidate")
 
 
+class NodeToJudge(BaseModel):
+    number: int = Field(description="the new node's number")
+    new_node: NodeContent = Field(description="a node just added to memory")
+    candidates: list[CandidateBrief] = Field(description="its own existing nodes, numbered from 1")
+
+
+class NodeVerdicts(BaseModel):
+    number: int = Field(description="the new node's number")
+    relationships: list[Judgement] = Field(description="one judgement per candidate of that node")
+
+
+class AnalyzeRelationshipsBatch(dspy.Signature):
+    """For each numbered new memory node, decide how it relates to each of its own numbered candidates.
+
+    Judge every new node separately, against its own candidates only (candidate numbers start at 1
+    for each node). Judge every candidate in this order. Conflict: the two make contradicting claims
+    about the same thing (a different date, number, name or outcome); describe the contradiction.
+    Otherwise related: they share an entity, topic or line of reasoning, so one helps to understand the
+    other; rewrite the one-sentence context and the keywords of both nodes so that each also reflects
+    the other. Otherwise unrelated. Return the verdicts of every new node under its number.
+    """
+
+    nodes: list[NodeToJudge] = dspy.InputField(desc="new nodes, each with its number and its numbered candidates")
+    verdicts: list[NodeVerdicts] = dspy.OutputField(desc="for each new node, by number, one judgement per candidate")
+
+
 def unique_candidates(candidates: list[NodeInfo]) -> list[NodeInfo]:
     """The candidates, each id once (its first occurrence), in order; ValueError for one without an id."""
     unique: dict[str, NodeInfo] = {}
@@ -108,11 +143,16 @@ class AnalysisAgent(MemoryAgent):
     def __init__(self, config=None, token_counter=None, lm=None):
         super().__init__(config, token_counter, lm)
         self.analyze = dspy.Predict(AnalyzeRelationships)
+        self._batch = Borrowed(dspy.Predict(AnalyzeRelationshipsBatch))
 
     def check_window(self) -> None:
         self.content_budget(self.analyze, new_node=NodeContent("", "", []), candidates=[])
 
-    def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
+    def forward(self, new_node: NodeInfo | None = None, candidates: list[NodeInfo] = (),
+                batch: list[tuple[NodeInfo, list[NodeInfo]]] | None = None) -> AnalysisOutput | list[AnalysisOutput]:
+        """The relationships of ``new_node`` to ``candidates``, or with ``batch`` those of each pair, in order."""
+        if batch is not None:
+            return self._forward_batch(batch)
         ordered = unique_candidates(candidates)
         if not ordered:
             return AnalysisOutput(relationships=[])
@@ -129,21 +169,47 @@ class AnalysisAgent(MemoryAgent):
         )
 
     def _judge(self, brief: NodeContent, group: list[NodeInfo]) -> dict[str, Judgement]:
-        by_number = {n: c.id for n, c in enumerate(group, 1)}
         shown = [_candidate_brief(n, c) for n, c in enumerate(group, 1)]
         prediction = self.call(self.analyze, new_node=brief, candidates=shown)
-        verdicts: dict[str, Judgement] = {}
-        unknown = [j.candidate for j in prediction.relationships or [] if j.candidate not in by_number]
-        if unknown:
-            logger.warning("analysis: dropped judgements on unknown candidate number(s) %s", sorted(set(unknown)))
-        for judgement in prediction.relationships or []:
-            node_id = by_number.get(judgement.candidate)
-            if node_id is None:
+        return _by_candidate(group, prediction.relationships or [])
+
+    # --- several new nodes at once -------------------------------------------------------------
+    def _forward_batch(self, batch: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[AnalysisOutput]:
+        items = [(node, unique_candidates(candidates)) for node, candidates in batch]
+        outputs: list[AnalysisOutput | None] = [None] * len(items)
+        together: list[int] = []  # items whose candidates fit one call of their own
+        for i, (node, ordered) in enumerate(items):
+            if not ordered:
+                outputs[i] = AnalysisOutput(relationships=[])
                 continue
-            known = verdicts.get(node_id)
-            if known is None or PRIORITY[judgement.relationship] < PRIORITY[known.relationship]:
-                verdicts[node_id] = judgement
-        return verdicts
+            budget = self.content_budget(self.analyze, new_node=_brief(node), candidates=[])
+            rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
+            if len(pack(rendered, budget, self.count_tokens, sep=", ")) == 1:
+                together.append(i)
+        batch_predictor = self._batch.value
+        budget = int(self.window * self.config.chunk_ratio) - self.prompt_tokens(batch_predictor, nodes=[])
+        rendered = [_to_judge(99, *items[i]).model_dump_json() for i in together]
+        packed = at_most(pack(rendered, budget, self.count_tokens, sep=", "), self.config.ingest_batch)
+        groups = [[together[k] for k in group] for group in packed]
+        judged = map_in_context(lambda group: self._judge_many([items[i] for i in group]), groups, self.lm_threads())
+        for group, verdicts in zip(groups, judged):
+            for i, found in zip(group, verdicts):
+                node, ordered = items[i]
+                outputs[i] = AnalysisOutput(relationships=[self._relationship(node, c, found.get(c.id)) for c in ordered])
+        for i, output in enumerate(outputs):
+            if output is None:  # too many candidates for one call: judged on its own, group by group
+                outputs[i] = self.forward(*items[i])
+        return outputs
+
+    def _judge_many(self, items: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[dict[str, Judgement]]:
+        if len(items) == 1:
+            return [self._judge(_brief(items[0][0]), items[0][1])]
+        prediction = self.call(self._batch.value, nodes=[_to_judge(n, *item) for n, item in enumerate(items, 1)])
+        by_number: dict[int, list[Judgement]] = {}
+        for verdicts in prediction.verdicts or []:
+            by_number.setdefault(verdicts.number, []).extend(verdicts.relationships or [])
+        return [_by_candidate(item[1], by_number[n]) if n in by_number else self._judge(_brief(item[0]), item[1])
+                for n, item in enumerate(items, 1)]
 
     @staticmethod
     def _relationship(new_node: NodeInfo, candidate: NodeInfo, verdict: Judgement | None) -> Relationship:
@@ -172,3 +238,29 @@ class AnalysisAgent(MemoryAgent):
 
 def _candidate_brief(number: int, node: NodeInfo) -> CandidateBrief:
     return CandidateBrief(number=number, summary=node.summary, context=node.context, keywords=node.keywords)
+
+
+def _brief(node: NodeInfo) -> NodeContent:
+    return NodeContent(summary=node.summary, context=node.context, keywords=node.keywords)
+
+
+def _to_judge(number: int, node: NodeInfo, candidates: list[NodeInfo]) -> NodeToJudge:
+    return NodeToJudge(number=number, new_node=_brief(node),
+                       candidates=[_candidate_brief(n, c) for n, c in enumerate(candidates, 1)])
+
+
+def _by_candidate(group: list[NodeInfo], judgements: list[Judgement]) -> dict[str, Judgement]:
+    """Judgements by candidate id, numbers mapped back (unknown ones dropped), the highest priority kept."""
+    by_number = {n: c.id for n, c in enumerate(group, 1)}
+    verdicts: dict[str, Judgement] = {}
+    unknown = [j.candidate for j in judgements if j.candidate not in by_number]
+    if unknown:
+        logger.warning("analysis: dropped judgements on unknown candidate number(s) %s", sorted(set(unknown)))
+    for judgement in judgements:
+        node_id = by_number.get(judgement.candidate)
+        if node_id is None:
+            continue
+        known = verdicts.get(node_id)
+        if known is None or PRIORITY[judgement.relationship] < PRIORITY[known.relationship]:
+            verdicts[node_id] = judgement
+    return verdicts
