@@ -72,41 +72,56 @@ class MemoryWriter:
         return nodes, self._analyse_in_order(state, nodes, exclusions)
 
     def _analyse_in_order(self, state: RunState, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> str:
-        """:meth:`analyse` of each node in turn, up to ``config.ingest_batch`` nodes a call: a round judges the
-        next nodes together on the candidates the graph offers now, then uses each verdict, in order, only
-        while the node's candidates are still exactly those (an earlier verdict may have related or
-        re-described one); the first node whose candidates changed starts the next round. So the bank is
-        the one the calls in order would make. Returns the last failure reason, or ""."""
-        failure, start = "", 0
-        while start < len(nodes):
-            plans: list[tuple[int, list[QueryGraphNode]]] = []  # every node looked at, with its candidates now
-            for i in range(start, len(nodes)):
-                plans.append((i, self._candidates(nodes[i], exclusions[i])))
-                if sum(1 for _, found in plans if found) == self.config.ingest_batch:
-                    break
-            asked = [(i, found) for i, found in plans if found]
-            start = plans[-1][0] + 1
-            if not asked:
-                break
-            try:
-                verdicts = self._agent("analysis", batch=[(node_info(nodes[i], with_id=False), [node_info(c) for c in found])
-                                                          for i, found in asked])
-            except AgentError as exc:
-                if len(asked) > 1:  # the batch failed as a whole: each node is judged on its own instead
-                    for i, _ in plans:
-                        failure = self.analyse(state, nodes[i], exclusions[i]) or failure
-                    continue
-                state.errors.append(str(exc))
-                failure = str(exc)
+        """:meth:`analyse` of each node in turn, with verdicts made ahead where they still apply.
+
+        A node's turn that finds no verdict for it asks for its own and, in the same call, those of the next
+        nodes (see :meth:`_judge_ahead`). A verdict made ahead is used only if the node's candidates are,
+        at its turn, exactly those it was judged on (an earlier verdict may have related or re-described
+        one); else the node is judged again. So the bank is the one the calls in order would make. How far
+        ahead to judge adapts: one more node after each verdict used, half as many after each thrown
+        away (a conversation whose topics keep relating to each other is judged nearly one by one).
+        Returns the last failure reason, or ""."""
+        ahead: dict[int, tuple[list[tuple], Any]] = {}  # node index -> (candidates as shown, verdict)
+        reach, failure = self.config.ingest_batch, ""
+        for i, node in enumerate(nodes):
+            candidates = self._candidates(node, exclusions[i])
+            if not candidates:
                 continue
-            by_node = dict(zip((i for i, _ in asked), verdicts))
-            for i, found in plans:
-                if i > plans[0][0] and _shown(self._candidates(nodes[i], exclusions[i])) != _shown(found):
-                    start = i  # judged on candidates that have changed since: asked again
-                    break
-                if i in by_node:
-                    failure = self._apply(state, nodes[i], by_node[i]) or failure
+            made = ahead.pop(i, None)
+            if made is not None:
+                fits = made[0] == _shown(candidates)
+                reach = min(self.config.ingest_batch, reach + 1) if fits else max(1, reach // 2)
+                made = made if fits else None
+            if made is None:
+                try:
+                    ahead.update(self._judge_ahead(i, candidates, nodes, exclusions, reach))
+                except AgentError as exc:
+                    state.errors.append(str(exc))
+                    failure = str(exc)
+                    continue
+                made = ahead.pop(i)
+            failure = self._apply(state, node, made[1]) or failure
         return failure
+
+    def _judge_ahead(self, i: int, candidates: list[QueryGraphNode], nodes: list[QueryGraphNode],
+                     exclusions: list[set[str]], reach: int) -> dict[int, tuple[list[tuple], Any]]:
+        """Node ``i``'s verdict and, in the same call, those of the next ``reach - 1`` nodes with candidates,
+        each on the candidates the graph offers it now (the agent packs them by its window)."""
+        plans = [(i, candidates)]
+        for j in range(i + 1, len(nodes)):
+            if len(plans) >= reach:
+                break
+            found = self._candidates(nodes[j], exclusions[j])
+            if found:
+                plans.append((j, found))
+        pairs = [(node_info(nodes[j], with_id=False), [node_info(c) for c in found]) for j, found in plans]
+        try:
+            verdicts = self._agent("analysis", batch=pairs) if len(pairs) > 1 else None
+        except AgentError:  # the batch answer was unusable: node i is asked alone
+            verdicts = None
+        if verdicts is None:
+            plans, verdicts = plans[:1], [self._agent("analysis", new_node=pairs[0][0], candidates=pairs[0][1])]
+        return {j: (_shown(found), verdict) for (j, found), verdict in zip(plans, verdicts)}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
         return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,

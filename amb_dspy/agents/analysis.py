@@ -153,10 +153,11 @@ class AnalysisAgent(MemoryAgent):
         """The relationships of ``new_node`` to ``candidates``, or with ``batch`` those of each pair, in order."""
         if batch is not None:
             return self._forward_batch(batch)
-        ordered = unique_candidates(candidates)
+        return self._alone(new_node, unique_candidates(candidates))
+
+    def _alone(self, new_node: NodeInfo, ordered: list[NodeInfo]) -> AnalysisOutput:
         if not ordered:
             return AnalysisOutput(relationships=[])
-
         brief = NodeContent(summary=new_node.summary, context=new_node.context, keywords=new_node.keywords)
         budget = self.content_budget(self.analyze, new_node=brief, candidates=[])
         rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
@@ -198,7 +199,7 @@ class AnalysisAgent(MemoryAgent):
                 outputs[i] = AnalysisOutput(relationships=[self._relationship(node, c, found.get(c.id)) for c in ordered])
         for i, output in enumerate(outputs):
             if output is None:  # too many candidates for one call: judged on its own, group by group
-                outputs[i] = self.forward(*items[i])
+                outputs[i] = self._alone(*items[i])
         return outputs
 
     def _judge_many(self, items: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[dict[str, Judgement]]:
