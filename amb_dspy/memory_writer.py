@@ -114,13 +114,15 @@ class MemoryWriter:
             found = self._candidates(nodes[j], exclusions[j])
             if found:
                 plans.append((j, found))
-        pairs = [(node_info(nodes[j], with_id=False), [node_info(c) for c in found]) for j, found in plans]
+        # ids let a batch show a node once though it is also a later node's candidate (never shown to the LM)
+        pairs = [(node_info(nodes[j]), [node_info(c) for c in found]) for j, found in plans]
         try:
             verdicts = self._agent("analysis", batch=pairs) if len(pairs) > 1 else None
         except AgentError:  # the batch answer was unusable: node i is asked alone
             verdicts = None
         if verdicts is None:
-            plans, verdicts = plans[:1], [self._agent("analysis", new_node=pairs[0][0], candidates=pairs[0][1])]
+            plans, verdicts = plans[:1], [self._agent("analysis", new_node=node_info(nodes[i], with_id=False),
+                                                      candidates=pairs[0][1])]
         return {j: (_shown(found), verdict) for (j, found), verdict in zip(plans, verdicts)}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:

@@ -2,8 +2,8 @@
 by what each prompt says, so a resumed process answers as an uninterrupted one), but each task makes
 three searches, and the local corpus's searches are counted.
 
-* ``AMB_TEST_SEARCH_LOG=FILE``: every query that reaches the corpus is appended to FILE (one line each),
-  by the real corpus search, so a test can tell a search made twice.
+* ``AMB_TEST_SEARCH_LOG=FILE``: every query the corpus answered is appended to FILE (one line each, as
+  the real corpus search returns), so a test can tell a search made twice.
 * ``AMB_TEST_PAUSE_AFTER=N``: the executor step that follows the N-th search of the process writes
   ``FILE.paused`` and sleeps, so a test can kill the run there, mid-loop, after N responses returned.
 * ``AMB_TEST_LM_DELAY=S``: every LM call waits S seconds (a bench spreads random kill moments over a run).
@@ -27,13 +27,15 @@ _search = LocalCorpus.search
 
 
 def _counted_search(self, query, k=10):
+    """The real search, its query logged once it has returned (a search killed in flight returned nothing)."""
     global _searched
+    results = _search(self, query, k)
     log = os.environ.get("AMB_TEST_SEARCH_LOG")
     if log:
         with open(log, "a", encoding="utf-8") as out:
             out.write(query + "\n")
     _searched += 1
-    return _search(self, query, k)
+    return results
 
 
 LocalCorpus.search = _counted_search

@@ -45,7 +45,8 @@ import dspy
 from dspy.adapters.utils import serialize_for_json
 from dspy.lm15 import Message, Response, TextPart, Usage
 
-from amb_dspy.agents.analysis import AnalyzeRelationships, AnalyzeRelationshipsBatch
+from amb_dspy.agents.analysis import AnalyzeRelationships
+from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.agents.classification import ClassifySegments
 from amb_dspy.agents.integration import MergeConflictingNodes
@@ -64,11 +65,8 @@ AGENT_SIGNATURES: dict[str, type[dspy.Signature]] = {
     "structure_batch": SummarizeClusters,
     "analysis_batch": AnalyzeRelationshipsBatch,
 }
-# batch route -> (its single route, the input list field, the output list field, the single output field)
-BATCHES: dict[str, tuple[str, str, str, str]] = {
-    "structure_batch": ("structure", "topics", "summaries", "summary"),
-    "analysis_batch": ("analysis", "nodes", "verdicts", "relationships"),
-}
+# batch route -> its single route
+BATCHES: dict[str, str] = {"structure_batch": "structure", "analysis_batch": "analysis"}
 
 _OUTPUT_SECTION = re.compile(r"Your output fields are:\n(.*?)(?:\nAll interactions will be structured|\Z)", re.S)
 _FIELD_LINE = re.compile(r"^\d+\. `(\w+)`", re.M)
@@ -134,7 +132,7 @@ class ScriptedLM(dspy.LM):
             self._routes.append((key, frozenset(f.strip() for f in fields), script))
             self._positions[key] = 0
         given = {key for key, _, _ in self._routes}
-        for batch, (single, *_rest) in BATCHES.items():
+        for batch, single in BATCHES.items():
             if single in given and batch not in given:
                 fields = frozenset(AGENT_SIGNATURES[batch].output_fields)
                 self._routes.append((batch, fields, self._item_by_item(batch)))
@@ -145,7 +143,7 @@ class ScriptedLM(dspy.LM):
         self.calls: list[ScriptedCall] = []
 
     def calls_for(self, route: str) -> list[ScriptedCall]:
-        batch = next((b for b, spec in BATCHES.items() if spec[0] == route), None)
+        batch = next((b for b, single in BATCHES.items() if single == route), None)
         found = []
         for call in self.calls:
             if call.route == route:
@@ -155,32 +153,44 @@ class ScriptedLM(dspy.LM):
         return found
 
     def _item_by_item(self, batch: str) -> Callable[[ScriptedCall], Answer]:
-        single, inputs_field, outputs_field, output = BATCHES[batch]
+        """A batch call answered item by item by the single route's script (see the module docstring)."""
+        single = BATCHES[batch]
 
-        def answer(call: ScriptedCall) -> Answer:
-            results = []
-            for item in call.input_json(inputs_field):
-                number = item.pop("number")
-                inputs = {k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for k, v in item.items()}
-                sub = ScriptedCall(route=single, output_fields=(output,), inputs=inputs, messages=call.messages,
-                                   json_mode=call.json_mode)
-                script = next(s for k, _, s in self._routes if k == single)
-                if isinstance(script, list):
-                    with self._lock:
-                        position = self._positions[single]
-                        if position >= len(script):
-                            raise ScriptError(f"script {single!r} ran out after {len(script)} answers")
-                        self._positions[single] = position + 1
-                    reply = script[position]
-                else:
-                    reply = script(sub)
-                if isinstance(reply, str):
-                    raise ScriptError(f"a verbatim {single!r} answer cannot be part of a batch answer")
-                call.items.append(sub)
-                results.append({"number": number, output: reply[output]})
-            return {outputs_field: results}
+        def ask(call: ScriptedCall, inputs: dict[str, Any], output: str) -> Any:
+            sub = ScriptedCall(route=single, output_fields=(output,), messages=call.messages, json_mode=call.json_mode,
+                               inputs={k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                                       for k, v in inputs.items()})
+            script = next(s for k, _, s in self._routes if k == single)
+            if isinstance(script, list):
+                with self._lock:
+                    position = self._positions[single]
+                    if position >= len(script):
+                        raise ScriptError(f"script {single!r} ran out after {len(script)} answers")
+                    self._positions[single] = position + 1
+                reply = script[position]
+            else:
+                reply = script(sub)
+            if isinstance(reply, str):
+                raise ScriptError(f"a verbatim {single!r} answer cannot be part of a batch answer")
+            call.items.append(sub)
+            return reply[output]
 
-        return answer
+        def structure(call: ScriptedCall) -> Answer:
+            return {"summaries": [{"number": topic.pop("number"), "summary": ask(call, topic, "summary")}
+                                  for topic in call.input_json("topics")]}
+
+        def analysis(call: ScriptedCall) -> Answer:
+            notes = {note.pop("number"): note for note in call.input_json("notes")}
+            verdicts = []
+            for new in call.input_json("new_notes"):
+                candidates = [{"number": k, **notes[c]} for k, c in enumerate(new["candidates"], 1)]
+                judged = ask(call, {"new_node": notes[new["note"]], "candidates": candidates}, "relationships")
+                pool = [{**j, "candidate": new["candidates"][j["candidate"] - 1]} for j in judged
+                        if 1 <= j["candidate"] <= len(candidates)]
+                verdicts.append({"note": new["note"], "relationships": pool})
+            return {"verdicts": verdicts}
+
+        return structure if single == "structure" else analysis
 
     def remaining(self, route: str) -> int:
         """Answers of a list script not used yet."""

@@ -44,7 +44,8 @@ def whole(tmp_path_factory):
     return {"bank": _canonical(tmp_path / "bank.json"), "searches": searches(log), "answer": out.strip().splitlines()[-1]}
 
 
-@pytest.mark.parametrize("kill_after", [1, 4])  # in loop 1 before its checkpoint; in loop 2 after loop 1's
+# in loop 1 before its checkpoint; in loop 2 after loop 1's, before and after the tool cache's repeat
+@pytest.mark.parametrize("kill_after", [1, 4, 5])
 def test_a_run_killed_mid_loop_resumes_without_losing_or_repeating_a_tool_call(tmp_path, whole, kill_after):
     assert len(whole["searches"]) == 5 and len(set(whole["searches"])) == 5  # the sixth query is a cache repeat
     log, checkpoint = tmp_path / "searches.log", tmp_path / "cp"

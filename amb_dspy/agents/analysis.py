@@ -13,9 +13,9 @@ When the new node plus all candidates would overflow the window, the candidates 
 that fit, one call per group, numbered from 1 in each.
 
 Several new nodes at once (``forward(batch=[(node, candidates), ...])``, the bank's memory conversion):
-the nodes whose candidates fit one call go to :class:`AnalyzeRelationshipsBatch`, packed by the window,
-each with its own candidates numbered from 1; each node gets the output a call of its own would give
-it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
+the nodes whose candidates fit one call go to
+:class:`~amb_dspy.agents.analysis_batch.AnalyzeRelationshipsBatch` (every node shown once, numbered;
+see that module), packed by the window; each node gets the output a call of its own would give it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
 out, is judged on its own exactly as above. The caller decides which nodes may be judged together
 (see :mod:`amb_dspy.memory_writer`: the spec's order is kept by checking each verdict still applies).
 
@@ -31,8 +31,9 @@ from typing import Literal
 import dspy
 from pydantic import BaseModel, Field
 
+from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch, judge_together, pack_items
 from amb_dspy.agents.base import Borrowed, LMKeywords, MemoryAgent, dedupe, logger
-from amb_dspy.agents.chunking import at_most, pack
+from amb_dspy.agents.chunking import pack
 from amb_dspy.parallel import map_in_context
 from amb_dspy.storage.content import NodeContent
 
@@ -99,32 +100,6 @@ class AnalyzeRelationships(dspy.Signature):
     relationships: list[Judgement] = dspy.OutputField(desc="one judgement per candidate")
 
 
-class NodeToJudge(BaseModel):
-    number: int = Field(description="the new node's number")
-    new_node: NodeContent = Field(description="a node just added to memory")
-    candidates: list[CandidateBrief] = Field(description="its own existing nodes, numbered from 1")
-
-
-class NodeVerdicts(BaseModel):
-    number: int = Field(description="the new node's number")
-    relationships: list[Judgement] = Field(description="one judgement per candidate of that node")
-
-
-class AnalyzeRelationshipsBatch(dspy.Signature):
-    """For each numbered new memory node, decide how it relates to each of its own numbered candidates.
-
-    Judge every new node separately, against its own candidates only (candidate numbers start at 1
-    for each node). Judge every candidate in this order. Conflict: the two make contradicting claims
-    about the same thing (a different date, number, name or outcome); describe the contradiction.
-    Otherwise related: they share an entity, topic or line of reasoning, so one helps to understand the
-    other; rewrite the one-sentence context and the keywords of both nodes so that each also reflects
-    the other. Otherwise unrelated. Return the verdicts of every new node under its number.
-    """
-
-    nodes: list[NodeToJudge] = dspy.InputField(desc="new nodes, each with its number and its numbered candidates")
-    verdicts: list[NodeVerdicts] = dspy.OutputField(desc="for each new node, by number, one judgement per candidate")
-
-
 def unique_candidates(candidates: list[NodeInfo]) -> list[NodeInfo]:
     """The candidates, each id once (its first occurrence), in order; ValueError for one without an id."""
     unique: dict[str, NodeInfo] = {}
@@ -174,9 +149,10 @@ class AnalysisAgent(MemoryAgent):
         prediction = self.call(self.analyze, new_node=brief, candidates=shown)
         return _by_candidate(group, prediction.relationships or [])
 
-    # --- several new nodes at once -------------------------------------------------------------
+    # --- several new nodes at once (amb_dspy.agents.analysis_batch) --------------------------
     def _forward_batch(self, batch: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[AnalysisOutput]:
-        items = [(node, unique_candidates(candidates)) for node, candidates in batch]
+        items = [(node if node.id else node.model_copy(update={"id": f"new-{i}"}), unique_candidates(candidates))
+                 for i, (node, candidates) in enumerate(batch)]
         outputs: list[AnalysisOutput | None] = [None] * len(items)
         together: list[int] = []  # items whose candidates fit one call of their own
         for i, (node, ordered) in enumerate(items):
@@ -187,10 +163,7 @@ class AnalysisAgent(MemoryAgent):
             rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
             if len(pack(rendered, budget, self.count_tokens, sep=", ")) == 1:
                 together.append(i)
-        batch_predictor = self._batch.value
-        budget = int(self.window * self.config.chunk_ratio) - self.prompt_tokens(batch_predictor, nodes=[])
-        rendered = [_to_judge(99, *items[i]).model_dump_json() for i in together]
-        packed = at_most(pack(rendered, budget, self.count_tokens, sep=", "), self.config.ingest_batch)
+        packed = pack_items(self, self._batch.value, [items[i] for i in together])
         groups = [[together[k] for k in group] for group in packed]
         judged = map_in_context(lambda group: self._judge_many([items[i] for i in group]), groups, self.lm_threads())
         for group, verdicts in zip(groups, judged):
@@ -203,14 +176,11 @@ class AnalysisAgent(MemoryAgent):
         return outputs
 
     def _judge_many(self, items: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[dict[str, Judgement]]:
-        if len(items) == 1:
-            return [self._judge(_brief(items[0][0]), items[0][1])]
-        prediction = self.call(self._batch.value, nodes=[_to_judge(n, *item) for n, item in enumerate(items, 1)])
-        by_number: dict[int, list[Judgement]] = {}
-        for verdicts in prediction.verdicts or []:
-            by_number.setdefault(verdicts.number, []).extend(verdicts.relationships or [])
-        return [_by_candidate(item[1], by_number[n]) if n in by_number else self._judge(_brief(item[0]), item[1])
-                for n, item in enumerate(items, 1)]
+        """Each item's verdicts by candidate id; an item alone, or one the answer leaves out, asked on its own."""
+        found = judge_together(self, self._batch.value, items) if len(items) > 1 else [None]
+        return [self._judge(_brief(node), candidates) if verdicts is None else
+                _by_candidate(candidates, [Judgement(**v.model_dump()) for v in verdicts])
+                for (node, candidates), verdicts in zip(items, found)]
 
     @staticmethod
     def _relationship(new_node: NodeInfo, candidate: NodeInfo, verdict: Judgement | None) -> Relationship:
@@ -243,11 +213,6 @@ def _candidate_brief(number: int, node: NodeInfo) -> CandidateBrief:
 
 def _brief(node: NodeInfo) -> NodeContent:
     return NodeContent(summary=node.summary, context=node.context, keywords=node.keywords)
-
-
-def _to_judge(number: int, node: NodeInfo, candidates: list[NodeInfo]) -> NodeToJudge:
-    return NodeToJudge(number=number, new_node=_brief(node),
-                       candidates=[_candidate_brief(n, c) for n, c in enumerate(candidates, 1)])
 
 
 def _by_candidate(group: list[NodeInfo], judgements: list[Judgement]) -> dict[str, Judgement]:
