@@ -80,16 +80,19 @@ class MemoryWriter:
         one); else the node is judged again. So the bank is the one the calls in order would make. How far
         ahead to judge adapts: one more node after each verdict used, half as many after each thrown
         away (a conversation whose topics keep relating to each other is judged nearly one by one).
-        Returns the last failure reason, or ""."""
+        With ``config.ingest_analysis == "snapshot"`` every verdict made ahead is used as it is: fewer
+        calls, and a verdict may rest on a candidate's context from before an earlier node's verdict
+        re-described it. Returns the last failure reason, or ""."""
         ahead: dict[int, tuple[list[tuple], Any]] = {}  # node index -> (candidates as shown, verdict)
         reach, failure = self.config.ingest_batch, ""
+        snapshot = self.config.ingest_analysis == "snapshot"  # a verdict made ahead is used as it is
         for i, node in enumerate(nodes):
             candidates = self._candidates(node, exclusions[i])
             if not candidates:
                 continue
             made = ahead.pop(i, None)
             if made is not None:
-                fits = made[0] == _shown(candidates)
+                fits = snapshot or made[0] == _shown(candidates)
                 reach = min(self.config.ingest_batch, reach + 1) if fits else max(1, reach // 2)
                 made = made if fits else None
             if made is None:

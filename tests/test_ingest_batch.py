@@ -109,3 +109,15 @@ def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, 
     many, result = ingest(tmp_path, 8, lm, embedder)
     assert shape(many) == shape(one) and not result.errors
     assert len(lm.calls_for("structure_batch")) == 1 and len(lm.calls_for("structure")) == 1
+
+
+def test_snapshot_analysis_judges_a_batch_on_the_graph_as_it_found_it_in_fewer_calls(tmp_path, embedder):
+    exact_lm, snapshot_lm = scripted(), scripted()
+    exact, exact_result = ingest(tmp_path, 8, exact_lm, embedder)
+    config = AmbConfig(storage_dir=tmp_path / "snap", ingest_batch=8, ingest_analysis="snapshot", policy="lm", lm_threads=1)
+    snapshot = MemoryBank(config, lm=snapshot_lm, embedder=embedder)
+    result = snapshot.ingest(TEXT, name="parts")
+    assert result.nodes == 8 and result.edges and not result.errors
+    assert result.usage["analysis"]["calls"] == 1 < exact_result.usage["analysis"]["calls"]
+    # every node judged once, on the candidates the graph offered before the batch's first verdict
+    assert len(snapshot_lm.calls_for("analysis")) == 7
