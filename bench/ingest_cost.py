@@ -121,7 +121,9 @@ def make_lm(kind: str, topic_tokens: int, related: bool, speakers: tuple[str, ..
     if kind == "local":
         from amb_dspy.lm import build_lm
 
-        return build_lm("local", AmbConfig())
+        lm = build_lm("local", AmbConfig())
+        lm.cache = False  # the batched ingest must not read the sequential one's answers from DSPy's cache
+        return lm
     return ScriptedLM(classification=topics_of(topic_tokens, speakers), structure=first_words, analysis=judge(related))
 
 

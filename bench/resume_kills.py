@@ -36,10 +36,10 @@ from test_provenance import _canonical  # noqa: E402
 TASK = "When is the Tidewater Lantern Festival?"
 
 
-def start(args: list[str], work: Path, log: Path, delay: float) -> subprocess.Popen:
+def start(args: list[str], work: Path, log: Path, delay: tuple[float, float]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}", "AMB_STORAGE_DIR": str(work / "storage"),
            "AMB_TEMP_DIR": str(work / "temp"), "AMB_CORPUS": str(ROOT / "datasets" / "demo"), "HF_HUB_OFFLINE": "1",
-           "AMB_TEST_SEARCH_LOG": str(log), "AMB_TEST_LM_DELAY": str(delay)}
+           "AMB_TEST_SEARCH_LOG": str(log), "AMB_TEST_LM_DELAY": str(delay[0]), "AMB_TEST_SEARCH_DELAY": str(delay[1])}
     return subprocess.Popen([sys.executable, "-c", "from cli import app; app()", "run", *args, "--lm",
                              "python:resume_lm:make_lm"], env=env, cwd=work, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -65,7 +65,9 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--delay", type=float, default=0.15, help="seconds each scripted LM call waits")
+    parser.add_argument("--search-delay", type=float, default=1.0, help="seconds each search waits (a hosted one's trip)")
     args = parser.parse_args()
+    delays = (args.delay, args.search_delay)
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -73,7 +75,7 @@ def main() -> None:
         ref.mkdir()
         began = time.monotonic()
         answer = finish(start([TASK, "--checkpoint", str(ref / "cp"), "--export", str(ref / "bank.json")], ref,
-                              ref / "searches.log", args.delay))
+                              ref / "searches.log", delays))
         whole_time = time.monotonic() - began
         reference = _canonical(ref / "bank.json")
         ref_searches, ref_responses = queries(ref / "searches.log"), responses(ref / "cp" / "tool_calls.jsonl")
@@ -86,7 +88,7 @@ def main() -> None:
             work.mkdir()
             log, checkpoint = work / "searches.log", work / "cp"
             moment = rng.uniform(0, whole_time)
-            killed = start([TASK, "--checkpoint", str(checkpoint)], work, log, args.delay)
+            killed = start([TASK, "--checkpoint", str(checkpoint)], work, log, delays)
             try:
                 killed.wait(timeout=moment)
             except subprocess.TimeoutExpired:
@@ -97,7 +99,7 @@ def main() -> None:
             loops = json.loads(saved.read_text())["run"]["loops"] if saved.is_file() else None
             export = ["--export", str(work / "bank.json")]
             again = (["--resume", str(checkpoint)] if saved.is_file() else [TASK, "--checkpoint", str(checkpoint)]) + export
-            got = finish(start(again, work, log, args.delay))
+            got = finish(start(again, work, log, delays))
             made = Counter(queries(log))
             kept = "\n".join(text for text, _ in _canonical(work / "bank.json")["entries"])
             row = {"trial": trial, "kill_at_s": round(moment, 2), "loops_done": loops, "searches_before_kill": before,
@@ -110,7 +112,7 @@ def main() -> None:
                   f"{row['called_twice']:>5} {row['lost']:>4} {str(row['same_bank']):>9} {str(row['same_answer']):>6}",
                   flush=True)
     print(json.dumps({"bench": "resume_kills", "trials": len(rows), "seed": args.seed,
-                      "killed_mid_run": sum(r["searches_before_kill"] < len(ref_searches) for r in rows),
+                      "killed_before_the_last_search": sum(r["searches_before_kill"] < len(ref_searches) for r in rows),
                       "tools_called_twice": sum(r["called_twice"] for r in rows),
                       "responses_lost": sum(r["lost"] for r in rows),
                       "searches_missing": sum(r["missing_searches"] for r in rows),

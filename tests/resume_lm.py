@@ -6,7 +6,8 @@ three searches, and the local corpus's searches are counted.
   the real corpus search returns), so a test can tell a search made twice.
 * ``AMB_TEST_PAUSE_AFTER=N``: the executor step that follows the N-th search of the process writes
   ``FILE.paused`` and sleeps, so a test can kill the run there, mid-loop, after N responses returned.
-* ``AMB_TEST_LM_DELAY=S``: every LM call waits S seconds (a bench spreads random kill moments over a run).
+* ``AMB_TEST_LM_DELAY=S`` / ``AMB_TEST_SEARCH_DELAY=S``: every LM call / search waits S seconds first (a
+  bench spreads random kill moments over a run, and over its tool calls).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _search = LocalCorpus.search
 def _counted_search(self, query, k=10):
     """The real search, its query logged once it has returned (a search killed in flight returned nothing)."""
     global _searched
+    time.sleep(float(os.environ.get("AMB_TEST_SEARCH_DELAY", "0")))  # a hosted search's round trip
     results = _search(self, query, k)
     log = os.environ.get("AMB_TEST_SEARCH_LOG")
     if log:
