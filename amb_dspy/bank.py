@@ -358,6 +358,8 @@ class MemoryBank(LoopPhases):
                 self._step(state, executor)
                 self._checkpoint(state)
             self._final_answer(state, executor)
+            if self.tool_journal is not None:  # resumed in the final pass: what it did not ask again is kept
+                keep_unasked(self.tool_journal, self.store, self.tool_cache)
         except LMCallCapReached as exc:
             termination = "lm_call_cap"
             state.errors.append(str(exc))
