@@ -1,9 +1,10 @@
 """What ingesting a LoCoMo conversation costs: LM calls, prompt and completion tokens per 1,000 ingested tokens.
 
 ``bank.ingest`` of a whole conversation (as ``amb eval --dataset locomo`` renders it), once with one call
-per cluster and per new node (``AMB_INGEST_BATCH=1``: the calls ingest made before batching, prompt for
-prompt) and once batched (the default), with a deterministic scripted LM that gives valid answers to
-every agent:
+per cluster and per new node (``AMB_INGEST_BATCH=1``: the calls ingest made before batching with one
+thread, prompt for prompt; with a hosted LM's 8 threads it also re-made the verdicts made ahead that had
+gone stale) and once batched (the default), with a deterministic scripted LM that gives valid answers
+to every agent:
 
 * classification groups consecutive segments into topics of about ``--topic-tokens`` tokens (300: the
   150-600-token nodes classification is meant to make), described by their most frequent words;
