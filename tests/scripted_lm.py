@@ -88,6 +88,7 @@ class ScriptedCall:
     reply: str = ""
     prompt_text: str = field(default="", repr=False)
     items: list[ScriptedCall] = field(default_factory=list)  # a batch call's per-item calls
+    batch: str = ""  # for such an item: the batch route it is part of
 
     def input_json(self, name: str) -> Any:
         """An input field parsed from its rendered JSON (lists, pydantic models)."""
@@ -123,7 +124,10 @@ class _ScriptedEngine:
 
 
 class ScriptedLM(dspy.LM):
-    def __init__(self, scripts: Mapping[str, Script] | None = None, *, default: Script | None = None, **by_name: Script):
+    def __init__(self, scripts: Mapping[str, Script] | None = None, *, default: Script | None = None,
+                 wrap_batches: Callable[[Script], Script] | None = None, **by_name: Script):
+        """``wrap_batches``: applied to the item-by-item script of each batch route not given (a bench that
+        times calls wraps the batch call once; its items carry ``batch``)."""
         super().__init__("scripted/lm", engine=_ScriptedEngine(self), cache=False, num_retries=0)
         self._routes: list[tuple[str, frozenset[str], Script]] = []
         self._positions: dict[str, int] = {}
@@ -135,7 +139,8 @@ class ScriptedLM(dspy.LM):
         for batch, single in BATCHES.items():
             if single in given and batch not in given:
                 fields = frozenset(AGENT_SIGNATURES[batch].output_fields)
-                self._routes.append((batch, fields, self._item_by_item(batch)))
+                script = self._item_by_item(batch)
+                self._routes.append((batch, fields, wrap_batches(script) if wrap_batches else script))
                 self._positions[batch] = 0
         self._default = default
         self._positions["default"] = 0
@@ -158,6 +163,7 @@ class ScriptedLM(dspy.LM):
 
         def ask(call: ScriptedCall, inputs: dict[str, Any], output: str) -> Any:
             sub = ScriptedCall(route=single, output_fields=(output,), messages=call.messages, json_mode=call.json_mode,
+                               batch=batch,
                                inputs={k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
                                        for k, v in inputs.items()})
             script = next(s for k, _, s in self._routes if k == single)
