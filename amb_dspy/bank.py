@@ -21,7 +21,7 @@ from typing import Any
 import dspy
 
 from amb_dspy.agents import AGENT_CLASSES
-from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
+from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, read_tool_record, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError
@@ -45,6 +45,7 @@ from amb_dspy.storage import (
 )
 from amb_dspy.task_memory import SessionAttribute, TaskMemory, start_store
 from amb_dspy.tool_cache import ToolCache
+from amb_dspy.tool_journal import ToolJournal, keep_unasked
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
 __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
@@ -106,6 +107,8 @@ class MemoryBank(LoopPhases):
         self.memory = None
         self._run: RunState | None = None  # the run under way (its errors and fallback counts)
         self.tool_cache: ToolCache | None = None  # the run's searches and visits (built with its executor)
+        self.tool_journal: ToolJournal | None = None  # with a checkpoint: every tool response as it returns
+        self._resumed_tools: dict | None = None  # a resumed run's checkpoint record of its tools
         self.images = ImageStager(self.config.temp_dir, self.config.storage_dir)
 
     @property
@@ -143,6 +146,12 @@ class MemoryBank(LoopPhases):
         )
         self.tool_cache = ToolCache(self.store, enabled=self.config.tool_cache,
                                     max_observation_chars=self.config.max_observation_chars)
+        resumed, self._resumed_tools = self._resumed_tools or {}, None
+        self.tool_cache.restore(resumed.get("cache", ()))
+        self.tool_journal = None
+        if self.config.checkpoint_dir is not None:  # resumed: the interrupted loop's calls are replayed
+            self.tool_journal = ToolJournal(self.config.checkpoint_dir, replay_after=resumed.get("journal_lines"))
+            tools = [self.tool_journal.wrap(tool) for tool in tools]
         return Executor([self.tool_cache.wrap(tool) for tool in tools], max_iters=self.config.react_max_iters)
 
     # --- the run -----------------------------------------------------------------------------
@@ -205,6 +214,7 @@ class MemoryBank(LoopPhases):
         self.config = self.config.model_copy(update={"checkpoint_dir": Path(directory)})
         self._begin(store)
         self._run = state
+        self._resumed_tools = read_tool_record(directory)
         self.meter.restore(usage)
         for notice in notices:
             self._emit("notice", state, notice)
@@ -306,6 +316,8 @@ class MemoryBank(LoopPhases):
                 self._step(state, executor)
                 self._checkpoint(state)
             self._final_answer(state, executor)
+            if self.tool_journal is not None:  # resumed in the final pass: what it did not ask again is kept
+                keep_unasked(self.tool_journal, self.store, self.tool_cache)
         except LMCallCapReached as exc:
             termination = "lm_call_cap"
             state.errors.append(str(exc))
@@ -319,7 +331,11 @@ class MemoryBank(LoopPhases):
         if self.config.checkpoint_dir is None:
             return
         first = not (self.config.checkpoint_dir / CHECKPOINT_FILE).exists()
-        write_checkpoint(self.config.checkpoint_dir, state, self.meter.usage(), self.store)
+        tools = None
+        if self.tool_journal is not None:
+            keep_unasked(self.tool_journal, self.store, self.tool_cache)
+            tools = {"journal_lines": self.tool_journal.lines, "cache": self.tool_cache.state()}
+        write_checkpoint(self.config.checkpoint_dir, state, self.meter.usage(), self.store, tools=tools)
         if first:
             self._emit("checkpoint", state, str(self.config.checkpoint_dir))
 

@@ -1,8 +1,9 @@
 """A run's checkpoint: everything needed to continue a killed run from its last completed loop.
 
 One JSON file, ``DIR/checkpoint.json``, replaced atomically after the context is memorised and after
-every loop: the run state (loops, conflicts, retries, answer so far, errors), the usage so far and the
-whole bank. A run resumed from it does no completed loop again and loses nothing they produced.
+every loop: the run state (loops, conflicts, retries, answer so far, errors), the usage so far, the
+whole bank, and the tool journal's length and tool cache (:mod:`amb_dspy.tool_journal`: the tool calls
+of a loop killed mid-way are not lost with it). A run resumed from it does no completed loop again and loses nothing they produced.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ VERSION = 1
 
 
 def write_checkpoint(directory: str | Path, state: RunState, usage: dict[str, dict[str, int]],
-                     store: MemoryStore) -> Path:
+                     store: MemoryStore, tools: dict[str, Any] | None = None) -> Path:
+    """``tools``: the tool journal's line count and the tool cache's state (see :mod:`amb_dspy.tool_journal`)."""
     run = asdict(state)
     run["retried"] = sorted(state.retried)
-    payload = {"format": FORMAT_NAME, "version": VERSION, "run": run, "usage": usage, "bank": store.payload()}
+    payload = {"format": FORMAT_NAME, "version": VERSION, "run": run, "usage": usage, "bank": store.payload(),
+               "tools": tools or {}}
     return write_json_atomically(Path(directory) / CHECKPOINT_FILE, payload)
 
 
@@ -51,6 +54,13 @@ def read_checkpoint(directory: str | Path, embedder: Embedder, notices: list[str
     if store.insight_doc is None or store.insight_doc.doc_id != state.doc_id:
         raise BankFileError(f"{path}: the run state and the bank belong to different tasks")
     return state, usage, store
+
+
+def read_tool_record(directory: str | Path) -> dict[str, Any]:
+    """The ``tools`` record of a checkpoint read by :func:`read_checkpoint` ({} in one written before it existed)."""
+    raw = json.loads((Path(directory) / CHECKPOINT_FILE).read_text(encoding="utf-8"))
+    tools = raw.get("tools") if isinstance(raw, dict) else None
+    return tools if isinstance(tools, dict) else {}
 
 
 def _state(run: dict[str, Any]) -> RunState:

@@ -13,11 +13,11 @@ from typing import Any
 
 from amb_dspy.adapter import validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
+from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
 from amb_dspy.executor import ExecutionResult
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
-from amb_dspy.parallel import map_in_context
 from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 
@@ -48,10 +48,10 @@ class MemoryWriter:
         self._emit("memorise", state)
         try:
             clusters = self._agent("classification", context=text, task_goal=goal).clusters
-            # One structure call per cluster, at once where the LM allows; analysis below keeps the spec's order.
-            structured = map_in_context(
-                lambda cluster: self._agent("structure", content=cluster.content, context=cluster.context,
-                                            keywords=cluster.keywords), clusters, self.threads())
+            # The structure agent packs the clusters into as few calls as its window allows.
+            structured = self._agent("structure", batch=[
+                ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for c in clusters
+            ]) if clusters else []
             drafts = [NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords))
                       for c, s in zip(clusters, structured)]
         except AgentError as exc:
@@ -69,36 +69,68 @@ class MemoryWriter:
         # Clusters are analysed in order, as if added one by one: each node sees the graph as the verdicts on
         # the nodes before it left it, and never the nodes after it.
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        speculated = self._speculate(nodes, exclusions) if self.threads() > 1 and len(nodes) > 1 else {}
-        failure = ""
-        for node, exclude in zip(nodes, exclusions):
-            failure = self.analyse(state, node, exclude=exclude, speculated=speculated.get(node.id)) or failure
-        return nodes, failure
+        return nodes, self._analyse_in_order(state, nodes, exclusions)
 
-    def _speculate(self, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> dict[str, tuple]:
-        """Every node's analysis call at once, on the candidates the graph offers now. :meth:`analyse` uses a
-        verdict only if the candidates it finds in turn are still exactly these (an earlier verdict may
-        have related or re-described one), so the bank is the one the calls in order would make."""
-        plans = [(node, self._candidates(node, exclude)) for node, exclude in zip(nodes, exclusions)]
-        plans = [(node, candidates) for node, candidates in plans if candidates]
+    def _analyse_in_order(self, state: RunState, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> str:
+        """:meth:`analyse` of each node in turn, with verdicts made ahead where they still apply.
 
-        def judge(plan):
-            node, candidates = plan
-            try:
-                return self._judge(node, candidates)
-            except AgentError as exc:
-                return exc
+        A node's turn that finds no verdict for it asks for its own and, in the same call, those of the next
+        nodes (see :meth:`_judge_ahead`). A verdict made ahead is used only if the node's candidates are,
+        at its turn, exactly those it was judged on (an earlier verdict may have related or re-described
+        one); else the node is judged again. So the bank is the one the calls in order would make. How far
+        ahead to judge adapts: one more node after each verdict used, half as many after each thrown
+        away (a conversation whose topics keep relating to each other is judged nearly one by one).
+        With ``config.ingest_analysis == "snapshot"`` every verdict made ahead is used as it is: fewer
+        calls, and a verdict may rest on a candidate's context from before an earlier node's verdict
+        re-described it. Returns the last failure reason, or ""."""
+        ahead: dict[int, tuple[list[tuple], Any]] = {}  # node index -> (candidates as shown, verdict)
+        reach, failure = self.config.ingest_batch, ""
+        snapshot = self.config.ingest_analysis == "snapshot"  # a verdict made ahead is used as it is
+        for i, node in enumerate(nodes):
+            candidates = self._candidates(node, exclusions[i])
+            if not candidates:
+                continue
+            made = ahead.pop(i, None)
+            if made is not None:
+                fits = snapshot or made[0] == _shown(candidates)
+                reach = min(self.config.ingest_batch, reach + 1) if fits else max(1, reach // 2)
+                made = made if fits else None
+            if made is None:
+                try:
+                    ahead.update(self._judge_ahead(i, candidates, nodes, exclusions, reach))
+                except AgentError as exc:
+                    state.errors.append(str(exc))
+                    failure = str(exc)
+                    continue
+                made = ahead.pop(i)
+            failure = self._apply(state, node, made[1]) or failure
+        return failure
 
-        verdicts = map_in_context(judge, plans, self.threads())
-        return {node.id: (_shown(candidates), verdict) for (node, candidates), verdict in zip(plans, verdicts)}
+    def _judge_ahead(self, i: int, candidates: list[QueryGraphNode], nodes: list[QueryGraphNode],
+                     exclusions: list[set[str]], reach: int) -> dict[int, tuple[list[tuple], Any]]:
+        """Node ``i``'s verdict and, in the same call, those of the next ``reach - 1`` nodes with candidates,
+        each on the candidates the graph offers it now (the agent packs them by its window)."""
+        plans = [(i, candidates)]
+        for j in range(i + 1, len(nodes)):
+            if len(plans) >= reach:
+                break
+            found = self._candidates(nodes[j], exclusions[j])
+            if found:
+                plans.append((j, found))
+        # ids let a batch show a node once though it is also a later node's candidate (never shown to the LM)
+        pairs = [(node_info(nodes[j]), [node_info(c) for c in found]) for j, found in plans]
+        try:
+            verdicts = self._agent("analysis", batch=pairs) if len(pairs) > 1 else None
+        except AgentError:  # the batch answer was unusable: node i is asked alone
+            verdicts = None
+        if verdicts is None:
+            plans, verdicts = plans[:1], [self._agent("analysis", new_node=node_info(nodes[i], with_id=False),
+                                                      candidates=pairs[0][1])]
+        return {j: (_shown(found), verdict) for (j, found), verdict in zip(plans, verdicts)}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
         return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
                                             exclude=exclude)
-
-    def _judge(self, node: QueryGraphNode, candidates: list[QueryGraphNode]):
-        return self._agent("analysis", new_node=node_info(node, with_id=False),
-                           candidates=[node_info(c) for c in candidates])
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str, attachments: list = ()) -> None:
         """Record ``text`` as an entry that became no node, saying why, so no response is ever lost."""
@@ -106,23 +138,21 @@ class MemoryWriter:
             self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
                                                      attachments=tuple(attachments)))
 
-    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0,
-                speculated: tuple | None = None) -> str:
-        """Relate a node to what retrieval finds for it; returns a failure reason or "". ``speculated``: the
-        candidates an earlier, concurrent call judged and its verdict, used if the candidates are the same."""
+    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
+        """Relate a node to what retrieval finds for it; returns a failure reason or ""."""
         candidates = self._candidates(node, exclude)
         if not candidates:
             return ""
         try:
-            if speculated is not None and speculated[0] == _shown(candidates):
-                verdict = speculated[1]
-                if isinstance(verdict, AgentError):
-                    raise verdict
-            else:
-                verdict = self._judge(node, candidates)
+            verdict = self._agent("analysis", new_node=node_info(node, with_id=False),
+                                  candidates=[node_info(c) for c in candidates])
         except AgentError as exc:
             state.errors.append(str(exc))
             return str(exc)
+        return self._apply(state, node, verdict, round)
+
+    def _apply(self, state: RunState, node: QueryGraphNode, verdict, round: int = 0) -> str:
+        """Act on an analysis verdict in the spec's order of kinds: a conflict is queued, a related pair linked."""
         for rel in verdict.relationships:
             other = rel.existing_node_id
             if other not in self.store.graph or other == node.id:

@@ -155,6 +155,32 @@ class ToolCache:
                 del self._fetched[key]
                 self._order.remove(key)
 
+    def state(self) -> list[dict[str, Any]]:
+        """What the cache holds, oldest first, for a checkpoint: where each response lives (its entry and
+        span), or its text while no entry holds it yet."""
+        return [{"key": key, "label": f.label, "entry_id": f.entry_id, "span": list(f.span) if f.span else None,
+                 "text": f.text if f.entry_id is None else ""} for key, f in ((k, self._fetched[k]) for k in self._order)]
+
+    def restore(self, state: Iterable[dict[str, Any]]) -> None:
+        """The cache as :meth:`state` described it (a resumed run); entries no longer in the tree are skipped."""
+        for item in state:
+            entry_id = item.get("entry_id")
+            if entry_id is not None and entry_id not in self.store.tree.entries:
+                continue
+            text = self.store.tree.entries[entry_id].text if entry_id else str(item.get("text", ""))
+            span = tuple(item["span"]) if item.get("span") else None
+            self._fetched[str(item["key"])] = _Fetched(str(item["label"]), text, entry_id, span)
+            self._order.append(str(item["key"]))
+
+    def remember(self, name: str, args: dict[str, Any], entry_id: str, span: tuple[int, int]) -> None:
+        """A response that lives in ``span`` of entry ``entry_id`` (kept there without this run's executor
+        having asked for it): later calls with these arguments are answered from there."""
+        key = call_key(name, args) if self.enabled else None
+        if key is not None and key not in self._fetched:
+            text = self.store.tree.entries[entry_id].text
+            self._fetched[key] = _Fetched(self._label(name, args), text, entry_id, span)
+            self._order.append(key)
+
     def already_fetched(self, max_tokens: int = 150) -> list[str]:
         """What was fetched in this task, most recent first, within about ``max_tokens`` tokens."""
         lines, used = [], 0

@@ -1,8 +1,8 @@
 """How long memory conversion and a whole run take with a hosted-like LM, one call at a time and 8 at once.
 
 A scripted LM answers every call after a fixed delay (default 300 ms, a hosted API's round trip). It
-drives one memory conversion of a long tool response (12 topics: 1 classification call, 12 structure
-calls, then analysis in the spec's order) and one whole run. The LM calls, the longest chain of calls
+drives one memory conversion of a long tool response (12 topics: 1 classification call, the structure
+calls, then analysis in the spec's order; batched, a batch call waiting once, as in AMB_INGEST_BATCH) and one whole run. The LM calls, the longest chain of calls
 that had to wait for each other (measured at 8 threads from the calls' start and end times), and the wall
 times are printed, then a JSON line.
 
@@ -44,10 +44,13 @@ class TimedLM:
             planning=self._slow(lambda c: next(plans, {"executed_status": "success", "executed_context": "",
                                                        "next_task": ""})),
             **{REACT: self._slow(lambda c: FINISH), EXTRACT: self._slow(lambda c: {"reasoning": "r", "answer": "x"})},
+            wrap_batches=self._slow,  # a batch call (several clusters or nodes) waits once
         )
 
     def _slow(self, script):
         def call(c):
+            if c.batch:  # an item of a batch call, which waited already
+                return script(c)
             start = time.perf_counter()
             time.sleep(self.delay)
             with self._lock:

@@ -10,6 +10,12 @@ DSPy adapter lists in the system message ("Your output fields are: ..."):
   ``"next_thought,next_tool_name,next_tool_args"`` for a ``dspy.ReAct`` step;
 * ``default=`` answers whatever no key matches (otherwise such a call fails loudly).
 
+The agents' batch signatures (several clusters for structure, several new nodes for analysis) are
+answered item by item by the agent's own script, unless ``structure_batch=`` / ``analysis_batch=`` are
+scripted: a deterministic LM answers an item in a batch as it would answer it alone. Such a call is one
+entry of ``lm.calls`` (its ``items`` are the per-item calls), and ``calls_for("structure")`` lists the
+items of batch calls with the single calls, in order.
+
 A script is a list of answers, used in order, or a callable ``(ScriptedCall) -> answer``. An answer is
 a dict of output field values (pydantic models and lists welcome), rendered as the prompt's adapter
 expects (``[[ ## field ## ]]`` sections for ChatAdapter, a JSON object for JSONAdapter), or a ``str``
@@ -40,11 +46,12 @@ from dspy.adapters.utils import serialize_for_json
 from dspy.lm15 import Message, Response, TextPart, Usage
 
 from amb_dspy.agents.analysis import AnalyzeRelationships
+from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.agents.classification import ClassifySegments
 from amb_dspy.agents.integration import MergeConflictingNodes
 from amb_dspy.agents.planning import PlanNextTask
-from amb_dspy.agents.structure import SummarizeCluster
+from amb_dspy.agents.structure import SummarizeCluster, SummarizeClusters
 
 Answer = dict[str, Any] | str
 Script = list[Answer] | Callable[["ScriptedCall"], Answer]
@@ -55,7 +62,11 @@ AGENT_SIGNATURES: dict[str, type[dspy.Signature]] = {
     "analysis": AnalyzeRelationships,
     "integration": MergeConflictingNodes,
     "planning": PlanNextTask,
+    "structure_batch": SummarizeClusters,
+    "analysis_batch": AnalyzeRelationshipsBatch,
 }
+# batch route -> its single route
+BATCHES: dict[str, str] = {"structure_batch": "structure", "analysis_batch": "analysis"}
 
 _OUTPUT_SECTION = re.compile(r"Your output fields are:\n(.*?)(?:\nAll interactions will be structured|\Z)", re.S)
 _FIELD_LINE = re.compile(r"^\d+\. `(\w+)`", re.M)
@@ -76,6 +87,8 @@ class ScriptedCall:
     json_mode: bool
     reply: str = ""
     prompt_text: str = field(default="", repr=False)
+    items: list[ScriptedCall] = field(default_factory=list)  # a batch call's per-item calls
+    batch: str = ""  # for such an item: the batch route it is part of
 
     def input_json(self, name: str) -> Any:
         """An input field parsed from its rendered JSON (lists, pydantic models)."""
@@ -111,7 +124,10 @@ class _ScriptedEngine:
 
 
 class ScriptedLM(dspy.LM):
-    def __init__(self, scripts: Mapping[str, Script] | None = None, *, default: Script | None = None, **by_name: Script):
+    def __init__(self, scripts: Mapping[str, Script] | None = None, *, default: Script | None = None,
+                 wrap_batches: Callable[[Script], Script] | None = None, **by_name: Script):
+        """``wrap_batches``: applied to the item-by-item script of each batch route not given (a bench that
+        times calls wraps the batch call once; its items carry ``batch``)."""
         super().__init__("scripted/lm", engine=_ScriptedEngine(self), cache=False, num_retries=0)
         self._routes: list[tuple[str, frozenset[str], Script]] = []
         self._positions: dict[str, int] = {}
@@ -119,13 +135,68 @@ class ScriptedLM(dspy.LM):
             fields = AGENT_SIGNATURES[key].output_fields if key in AGENT_SIGNATURES else key.split(",")
             self._routes.append((key, frozenset(f.strip() for f in fields), script))
             self._positions[key] = 0
+        given = {key for key, _, _ in self._routes}
+        for batch, single in BATCHES.items():
+            if single in given and batch not in given:
+                fields = frozenset(AGENT_SIGNATURES[batch].output_fields)
+                script = self._item_by_item(batch)
+                self._routes.append((batch, fields, wrap_batches(script) if wrap_batches else script))
+                self._positions[batch] = 0
         self._default = default
         self._positions["default"] = 0
         self._lock = threading.Lock()
         self.calls: list[ScriptedCall] = []
 
     def calls_for(self, route: str) -> list[ScriptedCall]:
-        return [c for c in self.calls if c.route == route]
+        batch = next((b for b, single in BATCHES.items() if single == route), None)
+        found = []
+        for call in self.calls:
+            if call.route == route:
+                found.append(call)
+            elif batch is not None and call.route == batch:
+                found.extend(call.items)
+        return found
+
+    def _item_by_item(self, batch: str) -> Callable[[ScriptedCall], Answer]:
+        """A batch call answered item by item by the single route's script (see the module docstring)."""
+        single = BATCHES[batch]
+
+        def ask(call: ScriptedCall, inputs: dict[str, Any], output: str) -> Any:
+            sub = ScriptedCall(route=single, output_fields=(output,), messages=call.messages, json_mode=call.json_mode,
+                               batch=batch,
+                               inputs={k: v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+                                       for k, v in inputs.items()})
+            script = next(s for k, _, s in self._routes if k == single)
+            if isinstance(script, list):
+                with self._lock:
+                    position = self._positions[single]
+                    if position >= len(script):
+                        raise ScriptError(f"script {single!r} ran out after {len(script)} answers")
+                    self._positions[single] = position + 1
+                reply = script[position]
+            else:
+                reply = script(sub)
+            if isinstance(reply, str):
+                raise ScriptError(f"a verbatim {single!r} answer cannot be part of a batch answer")
+            call.items.append(sub)
+            return reply[output]
+
+        def structure(call: ScriptedCall) -> Answer:
+            return {"summaries": [{"number": topic.pop("number"), "summary": ask(call, topic, "summary")}
+                                  for topic in call.input_json("topics")]}
+
+        def analysis(call: ScriptedCall) -> Answer:
+            notes = {note.pop("number"): note for note in call.input_json("notes")}
+            verdicts = []
+            for new in call.input_json("new_notes"):
+                candidates = [{"number": k, **notes[c]} for k, c in enumerate(new["candidates"], 1)]
+                judged = ask(call, {"new_node": notes[new["note"]], "candidates": candidates}, "relationships")
+                pool = [{**j, "candidate": new["candidates"][j["candidate"] - 1]} for j in judged
+                        if 1 <= j["candidate"] <= len(candidates)]
+                verdicts.append({"note": new["note"], "relationships": pool})
+            return {"verdicts": verdicts}
+
+        return structure if single == "structure" else analysis
 
     def remaining(self, route: str) -> int:
         """Answers of a list script not used yet."""

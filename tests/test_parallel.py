@@ -48,9 +48,10 @@ def nodes(bank):
 def test_parallel_and_sequential_banks_are_equal_node_for_node(tmp_path, embedder):
     context = "\n\n".join(PARAGRAPHS)
     seen: list[str] = []
-    one = MemoryBank(bank_for(tmp_path, 1), lm=lm(), embedder=embedder)
+    # two clusters a structure call (AMB_INGEST_BATCH), so that there are several calls to run at once
+    one = MemoryBank(bank_for(tmp_path, 1, ingest_batch=2), lm=lm(), embedder=embedder)
     first = one.run("What did the harbour towns build?", context=context)
-    many = MemoryBank(bank_for(tmp_path, 8), lm=lm(delay=0.05, seen=seen), embedder=embedder)
+    many = MemoryBank(bank_for(tmp_path, 8, ingest_batch=2), lm=lm(delay=0.05, seen=seen), embedder=embedder)
     second = many.run("What did the harbour towns build?", context=context)
     assert len(one.store.graph) == 12 and nodes(many) == nodes(one)
     assert [e.text for e in many.store.tree.entries.values()] == [e.text for e in one.store.tree.entries.values()]

@@ -19,6 +19,11 @@ IntegrationAgent       ``merge``       MergeConflictingNodes   one
 PlanningAgent          ``plan``        PlanNextTask            0 or 1
 =====================  ==============  ======================  ======================================
 
+Structure and analysis also take a ``batch=`` (several clusters; several new nodes with their
+candidates): as few calls as the window allows (``SummarizeClusters``,
+``analysis_batch.AnalyzeRelationshipsBatch``), each item getting what a call of its own would give it.
+Their batch predictors are not compiled: they are held outside the named predictors below.
+
 ``agent.save("x.json")`` writes ``{"<predictor>": {"demos": ..., "signature": {"instructions": ...}}}``;
 ``XAgent().load("x.json")`` restores it.
 

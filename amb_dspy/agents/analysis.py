@@ -12,7 +12,15 @@ current context or keywords where the LM left one out), and a "conflict" has a d
 When the new node plus all candidates would overflow the window, the candidates are split into groups
 that fit, one call per group, numbered from 1 in each.
 
-Predictor: ``analyze`` (:class:`AnalyzeRelationships`).
+Several new nodes at once (``forward(batch=[(node, candidates), ...])``, the bank's memory conversion):
+the nodes whose candidates fit one call go to
+:class:`~amb_dspy.agents.analysis_batch.AnalyzeRelationshipsBatch` (every node shown once, numbered;
+see that module), packed by the window; each node gets the output a call of its own would give it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
+out, is judged on its own exactly as above. The caller decides which nodes may be judged together
+(see :mod:`amb_dspy.memory_writer`: the spec's order is kept by checking each verdict still applies).
+
+Predictor: ``analyze`` (:class:`AnalyzeRelationships`); the batch predictor is not compiled (held
+outside the module's named predictors).
 """
 
 from __future__ import annotations
@@ -23,8 +31,10 @@ from typing import Literal
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, logger
+from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch, judge_together, pack_items
+from amb_dspy.agents.base import Borrowed, LMKeywords, MemoryAgent, dedupe, logger
 from amb_dspy.agents.chunking import pack
+from amb_dspy.parallel import map_in_context
 from amb_dspy.storage.content import NodeContent
 
 RelationshipKind = Literal["conflict", "related", "unrelated"]
@@ -108,15 +118,21 @@ class AnalysisAgent(MemoryAgent):
     def __init__(self, config=None, token_counter=None, lm=None):
         super().__init__(config, token_counter, lm)
         self.analyze = dspy.Predict(AnalyzeRelationships)
+        self._batch = Borrowed(dspy.Predict(AnalyzeRelationshipsBatch))
 
     def check_window(self) -> None:
         self.content_budget(self.analyze, new_node=NodeContent("", "", []), candidates=[])
 
-    def forward(self, new_node: NodeInfo, candidates: list[NodeInfo]) -> AnalysisOutput:
-        ordered = unique_candidates(candidates)
+    def forward(self, new_node: NodeInfo | None = None, candidates: list[NodeInfo] = (),
+                batch: list[tuple[NodeInfo, list[NodeInfo]]] | None = None) -> AnalysisOutput | list[AnalysisOutput]:
+        """The relationships of ``new_node`` to ``candidates``, or with ``batch`` those of each pair, in order."""
+        if batch is not None:
+            return self._forward_batch(batch)
+        return self._alone(new_node, unique_candidates(candidates))
+
+    def _alone(self, new_node: NodeInfo, ordered: list[NodeInfo]) -> AnalysisOutput:
         if not ordered:
             return AnalysisOutput(relationships=[])
-
         brief = NodeContent(summary=new_node.summary, context=new_node.context, keywords=new_node.keywords)
         budget = self.content_budget(self.analyze, new_node=brief, candidates=[])
         rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
@@ -129,21 +145,42 @@ class AnalysisAgent(MemoryAgent):
         )
 
     def _judge(self, brief: NodeContent, group: list[NodeInfo]) -> dict[str, Judgement]:
-        by_number = {n: c.id for n, c in enumerate(group, 1)}
         shown = [_candidate_brief(n, c) for n, c in enumerate(group, 1)]
         prediction = self.call(self.analyze, new_node=brief, candidates=shown)
-        verdicts: dict[str, Judgement] = {}
-        unknown = [j.candidate for j in prediction.relationships or [] if j.candidate not in by_number]
-        if unknown:
-            logger.warning("analysis: dropped judgements on unknown candidate number(s) %s", sorted(set(unknown)))
-        for judgement in prediction.relationships or []:
-            node_id = by_number.get(judgement.candidate)
-            if node_id is None:
+        return _by_candidate(group, prediction.relationships or [])
+
+    # --- several new nodes at once (amb_dspy.agents.analysis_batch) --------------------------
+    def _forward_batch(self, batch: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[AnalysisOutput]:
+        items = [(node if node.id else node.model_copy(update={"id": f"new-{i}"}), unique_candidates(candidates))
+                 for i, (node, candidates) in enumerate(batch)]
+        outputs: list[AnalysisOutput | None] = [None] * len(items)
+        together: list[int] = []  # items whose candidates fit one call of their own
+        for i, (node, ordered) in enumerate(items):
+            if not ordered:
+                outputs[i] = AnalysisOutput(relationships=[])
                 continue
-            known = verdicts.get(node_id)
-            if known is None or PRIORITY[judgement.relationship] < PRIORITY[known.relationship]:
-                verdicts[node_id] = judgement
-        return verdicts
+            budget = self.content_budget(self.analyze, new_node=_brief(node), candidates=[])
+            rendered = [json.dumps(_candidate_brief(99, c).model_dump(), ensure_ascii=False) for c in ordered]
+            if len(pack(rendered, budget, self.count_tokens, sep=", ")) == 1:
+                together.append(i)
+        packed = pack_items(self, self._batch.value, [items[i] for i in together])
+        groups = [[together[k] for k in group] for group in packed]
+        judged = map_in_context(lambda group: self._judge_many([items[i] for i in group]), groups, self.lm_threads())
+        for group, verdicts in zip(groups, judged):
+            for i, found in zip(group, verdicts):
+                node, ordered = items[i]
+                outputs[i] = AnalysisOutput(relationships=[self._relationship(node, c, found.get(c.id)) for c in ordered])
+        for i, output in enumerate(outputs):
+            if output is None:  # too many candidates for one call: judged on its own, group by group
+                outputs[i] = self._alone(*items[i])
+        return outputs
+
+    def _judge_many(self, items: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[dict[str, Judgement]]:
+        """Each item's verdicts by candidate id; an item alone, or one the answer leaves out, asked on its own."""
+        found = judge_together(self, self._batch.value, items) if len(items) > 1 else [None]
+        return [self._judge(_brief(node), candidates) if verdicts is None else
+                _by_candidate(candidates, [Judgement(**v.model_dump()) for v in verdicts])
+                for (node, candidates), verdicts in zip(items, found)]
 
     @staticmethod
     def _relationship(new_node: NodeInfo, candidate: NodeInfo, verdict: Judgement | None) -> Relationship:
@@ -172,3 +209,24 @@ class AnalysisAgent(MemoryAgent):
 
 def _candidate_brief(number: int, node: NodeInfo) -> CandidateBrief:
     return CandidateBrief(number=number, summary=node.summary, context=node.context, keywords=node.keywords)
+
+
+def _brief(node: NodeInfo) -> NodeContent:
+    return NodeContent(summary=node.summary, context=node.context, keywords=node.keywords)
+
+
+def _by_candidate(group: list[NodeInfo], judgements: list[Judgement]) -> dict[str, Judgement]:
+    """Judgements by candidate id, numbers mapped back (unknown ones dropped), the highest priority kept."""
+    by_number = {n: c.id for n, c in enumerate(group, 1)}
+    verdicts: dict[str, Judgement] = {}
+    unknown = [j.candidate for j in judgements if j.candidate not in by_number]
+    if unknown:
+        logger.warning("analysis: dropped judgements on unknown candidate number(s) %s", sorted(set(unknown)))
+    for judgement in judgements:
+        node_id = by_number.get(judgement.candidate)
+        if node_id is None:
+            continue
+        known = verdicts.get(node_id)
+        if known is None or PRIORITY[judgement.relationship] < PRIORITY[known.relationship]:
+            verdicts[node_id] = judgement
+    return verdicts

@@ -169,6 +169,13 @@ class MemoryAgent(dspy.Module):
         return AgentError(self.name, message, raw=raw)
 
 
+def answer_tokens(lm: Any) -> int | None:
+    """Tokens a reply of ``lm`` may use (most of its ``max_tokens``, the rest for the format), None if unset:
+    what a batch call's answers must fit besides the window its prompt fits."""
+    limit = getattr(lm, "kwargs", {}).get("max_tokens") if lm is not None else None
+    return int(limit * 0.8) if limit else None
+
+
 def _message_text(message: dict[str, Any]) -> str:
     content = message.get("content", "")
     if isinstance(content, str):

@@ -166,6 +166,11 @@ def pack(pieces: Sequence[str], budget: int, count: TokenCounter = estimate_toke
     return groups
 
 
+def at_most(groups: list[list[int]], size: int) -> list[list[int]]:
+    """``groups`` with any group longer than ``size`` cut, in order, into groups of at most ``size``."""
+    return [group[i:i + size] for group in groups for i in range(0, len(group), size)]
+
+
 def chunk_text(text: str, budget: int, count: TokenCounter = estimate_tokens) -> list[str]:
     """``text`` as chunks of at most ``budget`` tokens, cut at paragraph boundaries where possible
     (spec §6.5). A text within budget comes back whole; an empty text gives no chunks.

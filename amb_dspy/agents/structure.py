@@ -16,7 +16,14 @@ ratio 1.0 and no LM call; there is nothing left to compress. Content longer than
 paragraph boundaries, each chunk is summarised on its own (with its own retry), and the summaries are
 joined; the ratio is then measured over the whole.
 
-Predictor: ``summarize`` (:class:`SummarizeCluster`).
+Several clusters at once (``forward(batch=[...])``, the bank's memory conversion): every cluster is cut
+into the same chunks as above, the chunks that need an LM go to :class:`SummarizeClusters` packed by
+the window (one call for as many as fit, a chunk alone keeps the single-cluster call), and the
+retries of all off-target chunks go together the same way. Each chunk gets the summary, retry and
+choice it would get on its own; a chunk the LM's batch answer leaves out is asked alone.
+
+Predictor: ``summarize`` (:class:`SummarizeCluster`); the batch predictor is not compiled (it is held
+outside the module's named predictors, so compiled state files are unchanged).
 """
 
 from __future__ import annotations
@@ -24,8 +31,8 @@ from __future__ import annotations
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import MemoryAgent
-from amb_dspy.agents.chunking import TokenCounter, chunk_text
+from amb_dspy.agents.base import Borrowed, MemoryAgent, answer_tokens
+from amb_dspy.agents.chunking import TokenCounter, at_most, chunk_text, pack
 from amb_dspy.config import AmbConfig
 from amb_dspy.parallel import map_in_context
 
@@ -50,6 +57,41 @@ class SummarizeCluster(dspy.Signature):
     keywords: list[str] = dspy.InputField(desc="keywords of the topic, for reference")
     feedback: str = dspy.InputField(desc="empty on a first attempt; on a retry, how to fix the previous summary's length")
     summary: str = dspy.OutputField(desc="the structured summary")
+
+
+class ClusterText(BaseModel):
+    """One cluster to compress, as the memory writer hands it over."""
+
+    content: str
+    context: str
+    keywords: list[str]
+
+
+class TopicText(BaseModel):
+    number: int
+    content: str = Field(description="the text to compress")
+    context: str = Field(description="one sentence naming the topic, for reference")
+    keywords: list[str] = Field(description="keywords of the topic, for reference")
+    feedback: str = Field("", description="empty on a first attempt; on a retry, how to fix the previous summary's length")
+
+
+class TopicSummary(BaseModel):
+    number: int = Field(description="the topic's number")
+    summary: str = Field(description="the structured summary of that topic alone")
+
+
+class SummarizeClusters(dspy.Signature):
+    """Compress each numbered topic text, on its own, into a structured summary of 30-50% of its length.
+
+    Summarise every topic separately and never move a fact from one topic to another. For each, keep
+    every fact, name, number and date, the evidence behind each claim, and how the facts relate (cause,
+    comparison, sequence); write short bullet points grouped by sub-topic; drop repetition, filler and
+    formatting noise, and add nothing that is not in its content. A topic with feedback had a summary
+    of the wrong length before: follow its feedback. Return one summary for every topic number.
+    """
+
+    topics: list[TopicText] = dspy.InputField(desc="numbered topic texts, each with its context, keywords and feedback")
+    summaries: list[TopicSummary] = dspy.OutputField(desc="one summary per topic, by its number")
 
 
 def length_feedback(ratio: float, summary_tokens: int, input_tokens: int, target: tuple[float, float]) -> str:
@@ -83,12 +125,17 @@ class StructureAgent(MemoryAgent):
         self.target = target
         self.verbatim_below = verbatim_below
         self.summarize = dspy.Predict(SummarizeCluster)
+        self._batch = Borrowed(dspy.Predict(SummarizeClusters))
 
     def check_window(self) -> None:
         longest_feedback = length_feedback(9.99, 999_999, 999_999, self.target)
         self.content_budget(self.summarize, content="", context="", keywords=[], feedback=longest_feedback)
 
-    def forward(self, content: str, context: str, keywords: list[str]) -> StructureOutput:
+    def forward(self, content: str = "", context: str = "", keywords: list[str] = (),
+                batch: list[ClusterText] | None = None) -> StructureOutput | list[StructureOutput]:
+        """One cluster's summary, or with ``batch`` each cluster's, in order (see module docstring)."""
+        if batch is not None:
+            return self._forward_batch(batch)
         text = content.strip()
         if not text:
             raise ValueError("structure agent: content is empty")
@@ -131,3 +178,98 @@ class StructureAgent(MemoryAgent):
         if not retry or (summary and self._distance(ratio) < self._distance(retry_ratio)):
             return summary, True
         return retry, True
+
+    # --- several clusters at once --------------------------------------------------------------
+    def _chunks(self, cluster: ClusterText) -> list[str]:
+        """The chunks :meth:`forward` would summarise one by one (verbatim ones included)."""
+        longest_feedback = length_feedback(9.99, 999_999, 999_999, self.target)
+        budget = self.content_budget(self.summarize, content="", context=cluster.context,
+                                     keywords=list(cluster.keywords), feedback=longest_feedback)
+        return chunk_text(cluster.content.strip(), budget, self.count_tokens)
+
+    def _forward_batch(self, batch: list[ClusterText]) -> list[StructureOutput]:
+        texts = [cluster.content.strip() for cluster in batch]
+        if not all(texts):
+            raise ValueError("structure agent: content is empty")
+        totals = [self.count_tokens(text) for text in texts]
+        chunks = [[text] if total < self.verbatim_below else self._chunks(cluster)
+                  for cluster, text, total in zip(batch, texts, totals)]
+        # (cluster index, chunk, its tokens) of every chunk that needs the LM
+        work = [(c, chunk, self.count_tokens(chunk)) for c, parts in enumerate(chunks) for chunk in parts
+                if totals[c] >= self.verbatim_below and self.count_tokens(chunk) >= self.verbatim_below]
+        first = self._summarize_many([TopicText(number=0, content=chunk, context=batch[c].context,
+                                                keywords=list(batch[c].keywords)) for c, chunk, _ in work])
+        retry_items, retry_at = [], []
+        for n, ((c, chunk, tokens), summary) in enumerate(zip(work, first)):
+            ratio = self.count_tokens(summary) / tokens
+            if not summary or self._distance(ratio) > 0:
+                retry_at.append(n)
+                retry_items.append(TopicText(number=0, content=chunk, context=batch[c].context,
+                                             keywords=list(batch[c].keywords),
+                                             feedback=length_feedback(ratio, self.count_tokens(summary), tokens, self.target)))
+        done = {n: (summary, False) for n, summary in enumerate(first)}
+        for n, retry in zip(retry_at, self._summarize_many(retry_items)):
+            summary, tokens = first[n], work[n][2]
+            if not retry and not summary:
+                raise self.fail("the LM returned an empty summary twice")
+            keep_first = not retry or (summary and self._distance(self.count_tokens(summary) / tokens)
+                                       < self._distance(self.count_tokens(retry) / tokens))
+            done[n] = (summary if keep_first else retry, True)
+        by_chunk = {(c, chunk): done[n] for n, (c, chunk, _) in enumerate(work)}
+        outputs = []
+        for c, parts in enumerate(chunks):
+            if totals[c] < self.verbatim_below:
+                outputs.append(StructureOutput(summary=texts[c], ratio=1.0, retried=False))
+                continue
+            made = [by_chunk.get((c, part), (part, False)) for part in parts]
+            summary = "\n\n".join(part for part, _ in made)
+            outputs.append(StructureOutput(summary=summary, ratio=self.count_tokens(summary) / totals[c],
+                                           retried=any(r for _, r in made)))
+        return outputs
+
+    def _summarize_many(self, items: list[TopicText]) -> list[str]:
+        """Each item's summary (stripped), asked in as few calls as fit the window; an item alone, or one the
+        batch answer leaves out, is asked with the single-cluster predictor exactly as :meth:`forward` asks it."""
+        if not items:
+            return []
+        batch = self._batch.value
+        budget = int(self.window * self.config.chunk_ratio) - self.prompt_tokens(batch, topics=[])
+        room = answer_tokens(self.active_lm())
+        rendered = [TopicText(**{**item.model_dump(), "number": 99_999}).model_dump_json() for item in items]
+        groups = []
+        for group in at_most(pack(rendered, budget, self.count_tokens, sep=", "), self.config.ingest_batch):
+            # the summaries (at most half of the content) must fit the answer too
+            groups.extend(_within_answer(group, [self.count_tokens(items[i].content) for i in group], room))
+        answers = map_in_context(lambda group: self._ask(batch, [items[i] for i in group]), groups, self.lm_threads())
+        out: list[str] = [""] * len(items)
+        for group, answer in zip(groups, answers):
+            for i, summary in zip(group, answer):
+                out[i] = summary
+        return out
+
+    def _ask(self, batch: dspy.Predict, items: list[TopicText]) -> list[str]:
+        def alone(item: TopicText) -> str:
+            prediction = self.call(self.summarize, content=item.content, context=item.context,
+                                   keywords=list(item.keywords), feedback=item.feedback)
+            return str(prediction.summary or "").strip()
+
+        if len(items) == 1:
+            return [alone(items[0])]
+        numbered = [TopicText(**{**item.model_dump(), "number": n}) for n, item in enumerate(items, 1)]
+        prediction = self.call(batch, topics=numbered)
+        by_number = {s.number: str(s.summary or "").strip() for s in prediction.summaries or []}
+        return [by_number[n] if n in by_number else alone(item) for n, item in enumerate(items, 1)]
+
+
+def _within_answer(group: list[int], tokens: list[int], room: int | None) -> list[list[int]]:
+    """``group`` cut, in order, so that half of each part's content tokens fits ``room`` answer tokens."""
+    if room is None:
+        return [group]
+    parts, current, used = [], [], 0
+    for index, count in zip(group, tokens):
+        if current and used + count / 2 > room:
+            parts.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += count / 2
+    return parts + [current]

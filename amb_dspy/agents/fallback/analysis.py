@@ -40,9 +40,13 @@ RELATED_THRESHOLD = 0.17
 
 
 def relate_by_hybrid_score(
-    agent: AnalysisAgent, embedder: Embedder | None = None, *, new_node: NodeInfo, candidates: list[NodeInfo]
-) -> AnalysisOutput:
-    """``related`` for each candidate scoring at least :data:`RELATED_THRESHOLD`, else ``unrelated``."""
+    agent: AnalysisAgent, embedder: Embedder | None = None, *, new_node: NodeInfo | None = None,
+    candidates: list[NodeInfo] = (), batch: list[tuple[NodeInfo, list[NodeInfo]]] | None = None,
+) -> AnalysisOutput | list[AnalysisOutput]:
+    """``related`` for each candidate scoring at least :data:`RELATED_THRESHOLD`, else ``unrelated``;
+    with ``batch``, the output of each (node, candidates) pair, in order (the agent's batch form)."""
+    if batch is not None:
+        return [relate_by_hybrid_score(agent, embedder, new_node=node, candidates=list(found)) for node, found in batch]
     ordered = unique_candidates(candidates)
     if not ordered:
         return AnalysisOutput(relationships=[])

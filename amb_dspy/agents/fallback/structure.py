@@ -27,7 +27,7 @@ import numpy as np
 
 from amb_dspy.agents.chunking import chunk_text, hard_split, split_paragraphs, split_sentences
 from amb_dspy.agents.fallback.similarity import centrality, embed, embedder_or_default
-from amb_dspy.agents.structure import StructureAgent, StructureOutput
+from amb_dspy.agents.structure import ClusterText, StructureAgent, StructureOutput
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
 
@@ -46,16 +46,21 @@ def compress_extractively(
     agent: StructureAgent,
     embedder: Embedder | None = None,
     *,
-    content: str,
+    content: str = "",
     context: str = "",
     keywords: Sequence[str] = (),
     task_goal: str = "",
-) -> StructureOutput:
+    batch: Sequence[ClusterText] | None = None,
+) -> StructureOutput | list[StructureOutput]:
     """The sentences of ``content`` that best cover it and the query, in order (see module docstring).
 
     ``context`` is accepted for the agent's signature; ``task_goal`` is the one input the agent does not
-    take: the bank may pass it to favour the sentences the task asks about.
+    take: the bank may pass it to favour the sentences the task asks about. ``batch``: each cluster's
+    summary, in order (the agent's batch form).
     """
+    if batch is not None:
+        return [compress_extractively(agent, embedder, content=c.content, context=c.context, keywords=c.keywords,
+                                      task_goal=task_goal) for c in batch]
     text = content.strip()
     if not text:
         raise ValueError("structure agent: content is empty")

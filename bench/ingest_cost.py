@@ -1,0 +1,184 @@
+"""What ingesting a LoCoMo conversation costs: LM calls, prompt and completion tokens per 1,000 ingested tokens.
+
+``bank.ingest`` of a whole conversation (as ``amb eval --dataset locomo`` renders it), once with one call
+per cluster and per new node (``AMB_INGEST_BATCH=1``: the calls ingest made before batching with one
+thread, prompt for prompt; with a hosted LM's 8 threads it also re-made the verdicts made ahead that had
+gone stale) and once batched (the default), with a deterministic scripted LM that gives valid answers
+to every agent:
+
+* classification groups consecutive segments into topics of about ``--topic-tokens`` tokens (300: the
+  150-600-token nodes classification is meant to make), described by their most frequent words;
+* structure keeps the first 40% of the words (inside the 30-50% target, so no retries);
+* analysis says ``related`` (rewriting both contexts and keyword lists) when the new node and a candidate
+  share two keywords or more, else ``unrelated`` (``--analysis unrelated``: always unrelated).
+
+The scripted LM answers an item of a batch call as it answers it alone, so the two banks must be equal
+node for node and edge for edge (checked, a column). ``--snapshot`` adds ``AMB_INGEST_ANALYSIS=snapshot``
+(a batch's nodes judged on the graph as the batch found it: fewer calls, not the same bank). ``--lm local`` ingests the first ``--slice`` tokens
+with the embedded model instead (slow on CPU). Tokens are counted with the project's estimate (the
+scripted LM's own count); the ingested tokens likewise.
+
+    python bench/ingest_cost.py [--conversations 26 30] [--lm scripted|local] [--slice 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from scripted_lm import ScriptedLM  # noqa: E402
+
+from amb_dspy.agents.base import fallback_keywords  # noqa: E402
+from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
+from amb_dspy.bank import MemoryBank  # noqa: E402
+from amb_dspy.config import AmbConfig  # noqa: E402
+from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
+from optimize.locomo import load_locomo  # noqa: E402
+
+DATASETS = Path(os.environ.get("AMB_DATASETS", "/work/shared/datasets"))
+_SEGMENT = re.compile(r"^\[(\d+)\] ", re.M)
+_LINK = " (linked to "
+
+
+def topics_of(topic_tokens: int, speakers: tuple[str, ...]):
+    """Classification: consecutive segments, a new topic once the current one holds ``topic_tokens``;
+    keywords: the most frequent words but the speakers' names and the turns' dates."""
+    names = re.compile(r"\[[^\]]*\]|\b(?:" + "|".join(map(re.escape, speakers)) + r")\b") if speakers else None
+
+    def classify(call):
+        text = call.inputs["segments"]
+        marks = list(_SEGMENT.finditer(text))
+        groups, current, used = [], [], 0
+        for k, mark in enumerate(marks):
+            body = text[mark.end(): marks[k + 1].start() if k + 1 < len(marks) else len(text)]
+            if current and used >= topic_tokens:
+                groups.append(current)
+                current, used = [], 0
+            current.append((int(mark.group(1)), body))
+            used += estimate_tokens(body)
+        groups += [current] if current else []
+        clusters = []
+        for group in groups:
+            words = " ".join(body for _, body in group)
+            keywords = fallback_keywords(names.sub(" ", words) if names else words, limit=5)
+            clusters.append({"context": f"Talk about {', '.join(keywords[:3])}", "keywords": keywords,
+                             "segments": [n for n, _ in group]})
+        return {"should_cluster": len(clusters) > 1, "clusters": clusters}
+    return classify
+
+
+def first_words(call):
+    words = call.inputs["content"].split()
+    return {"summary": " ".join(words[: max(1, len(words) * 2 // 5)])}
+
+
+def judge(related: bool):
+    def analysis(call):
+        new = call.input_json("new_node")
+        mine = {k.lower() for k in new["keywords"]}
+        out = []
+        for candidate in call.input_json("candidates"):
+            shared = sorted(mine & {k.lower() for k in candidate["keywords"]})
+            if related and len(shared) >= 2:
+                out.append({"candidate": candidate["number"], "relationship": "related", "reasoning": "shared words",
+                            "context_update_new": new["context"].split(_LINK)[0] + f"{_LINK}{candidate['keywords'][0]})",
+                            "context_update_existing": candidate["context"].split(_LINK)[0] + f"{_LINK}{new['keywords'][0]})",
+                            "keywords_update_new": new["keywords"][:4] + shared[:1],
+                            "keywords_update_existing": candidate["keywords"][:4] + shared[-1:]})
+            else:
+                out.append({"candidate": candidate["number"], "relationship": "unrelated", "reasoning": "-"})
+        return {"relationships": out}
+    return analysis
+
+
+def bank_shape(bank: MemoryBank) -> tuple:
+    graph = bank.store.graph
+    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in graph.nodes_dict.values()]
+    index = {node_id: k for k, node_id in enumerate(graph.nodes_dict)}
+    edges = sorted(tuple(sorted((index[a], index[b]))) for a, b in graph.edges())
+    return nodes, edges
+
+
+def ingest(text: str, batch: int, lm, embedder, analysis: str = "exact") -> tuple[dict, tuple]:
+    config = AmbConfig(ingest_batch=batch, ingest_analysis=analysis, policy="lm", storage_dir=Path("/tmp/amb-ingest-cost"))
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    result = bank.ingest(text, name="locomo")
+    if result.errors:
+        raise SystemExit(f"ingest failed: {result.errors[:2]}")
+    total = bank.meter.total()
+    by_agent = {agent: usage["calls"] for agent, usage in result.usage.items()}
+    return {"nodes": result.nodes, "edges": result.edges, "seconds": result.seconds, **total, "by_agent": by_agent}, bank_shape(bank)
+
+
+def make_lm(kind: str, topic_tokens: int, related: bool, speakers: tuple[str, ...]):
+    if kind == "local":
+        from amb_dspy.lm import build_lm
+
+        lm = build_lm("local", AmbConfig())
+        lm.cache = False  # the batched ingest must not read the sequential one's answers from DSPy's cache
+        return lm
+    return ScriptedLM(classification=topics_of(topic_tokens, speakers), structure=first_words, analysis=judge(related))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", nargs="+", default=["26", "30"])
+    parser.add_argument("--lm", choices=["scripted", "local"], default="scripted")
+    parser.add_argument("--slice", type=int, default=0, help="ingest only the first N tokens (0: all)")
+    parser.add_argument("--topic-tokens", type=int, default=300)
+    parser.add_argument("--analysis", choices=["related", "unrelated"], nargs="+", default=["related", "unrelated"])
+    parser.add_argument("--batch", type=int, default=AmbConfig().ingest_batch)
+    parser.add_argument("--snapshot", action="store_true", help="also AMB_INGEST_ANALYSIS=snapshot (not the same bank)")
+    args = parser.parse_args()
+    embedder = default_embedder()
+    rows = []
+    print(f"{'conv':>4} {'analysis':>9} {'mode':>10} {'tokens':>7} {'nodes':>5} {'edges':>5} {'calls':>5} "
+          f"{'calls/1k':>8} {'prompt/1k':>9} {'compl/1k':>8} {'same bank':>9}  calls by agent")
+    for name in args.conversations:
+        conversation = load_locomo(f"locomo:{DATASETS / 'locomo' / f'{name}.json'}")[0]
+        text = conversation.text()
+        if args.slice:
+            text = text[: args.slice * 4]  # the estimate's four characters a token
+            text = text[: text.rfind("\n")]
+        tokens = estimate_tokens(text)
+        for analysis in args.analysis if args.lm == "scripted" else ["model"]:
+            shapes = {}
+            modes = [("sequential", 1, "exact"), ("batched", args.batch, "exact")]
+            modes += [("snapshot", args.batch, "snapshot")] if args.snapshot else []
+            for mode, batch, order in modes:
+                lm = make_lm(args.lm, args.topic_tokens, analysis == "related", tuple(conversation.speakers))
+                figures, shapes[mode] = ingest(text, batch, lm, embedder, order)
+                same = "-" if mode == "sequential" else ("yes" if shapes[mode] == shapes["sequential"] else "NO")
+                row = {"conversation": name, "analysis": analysis, "mode": mode, "tokens": tokens, **figures,
+                       "calls_per_1k_tokens": round(1000 * figures["calls"] / tokens, 3),
+                       "prompt_tokens_per_1k": round(1000 * figures["prompt_tokens"] / tokens, 1),
+                       "completion_tokens_per_1k": round(1000 * figures["completion_tokens"] / tokens, 1),
+                       "same_bank": same}
+                rows.append(row)
+                print(f"{name:>4} {analysis:>9} {mode:>10} {tokens:>7} {row['nodes']:>5} {row['edges']:>5} "
+                      f"{row['calls']:>5} {row['calls_per_1k_tokens']:>8} {row['prompt_tokens_per_1k']:>9} "
+                      f"{row['completion_tokens_per_1k']:>8} {same:>9}  {row['by_agent']}", flush=True)
+
+    def summary(mode: str) -> dict:
+        picked = [r for r in rows if r["mode"] == mode]
+        tokens = sum(r["tokens"] for r in picked)
+        return {"calls_per_1k_tokens": round(1000 * sum(r["calls"] for r in picked) / tokens, 3),
+                "prompt_tokens_per_1k": round(1000 * sum(r["prompt_tokens"] for r in picked) / tokens, 1),
+                "completion_tokens_per_1k": round(1000 * sum(r["completion_tokens"] for r in picked) / tokens, 1)}
+
+    print(json.dumps({"bench": "ingest_cost", "lm": args.lm, "batch": args.batch, "topic_tokens": args.topic_tokens,
+                      "before": summary("sequential"), "after": summary("batched"), **summary("batched"),
+                      **({"snapshot": summary("snapshot")} if args.snapshot else {}),
+                      "same_bank": all(r["same_bank"] != "NO" for r in rows if r["mode"] == "batched"), "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Issue 21 item 3: batched ingest (several clusters a structure call, several new nodes an analysis call)
+makes the bank the sequential calls make, node for node, edge for edge and in order, in fewer LM calls;
+an unusable batch answer is covered by the fallback policy (or, under policy "lm", by asking alone).
+Scripted LM words only: a deterministic LM answers an item of a batch as it answers it alone."""
+
+from __future__ import annotations
+
+from scripted_lm import ScriptedLM
+
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
+
+TOPICS = ["harbour boats fishing", "orchard apples cider", "harbour boats trade", "mountain railway tunnel",
+          "orchard apples harvest", "mountain railway station", "harbour fishing nets", "choir music concert"]
+TEXT = "\n\n".join(f"Part {n}. The {topic.split()[0]} story: people spoke about {topic} for a long while, and "
+                   f"about {topic.split()[1]} in the season of year {1900 + n}, with {n * 7} witnesses. " * 3
+                   for n, topic in enumerate(TOPICS))
+
+
+def classify(call):
+    count = call.inputs["segments"].count("\n\n") + 1
+    return {"should_cluster": count > 1,
+            "clusters": [{"context": f"Part {i - 1}", "keywords": TOPICS[i - 1].split(), "segments": [i]}
+                         for i in range(1, count + 1)]}
+
+
+def compress(call):
+    words = call.inputs["content"].split()
+    return {"summary": " ".join(words[: len(words) * 2 // 5])}
+
+
+def judge(call):
+    """related (both contexts and keyword lists rewritten) when two keywords are shared, else unrelated."""
+    new = call.input_json("new_node")
+    out = []
+    for candidate in call.input_json("candidates"):
+        shared = sorted(set(new["keywords"]) & set(candidate["keywords"]))
+        if len(shared) >= 2:
+            out.append({"candidate": candidate["number"], "relationship": "related", "reasoning": "shared",
+                        "context_update_new": f"{new['context'].split(' ~')[0]} ~ {candidate['context']}",
+                        "context_update_existing": f"{candidate['context'].split(' ~')[0]} ~ {new['context']}",
+                        "keywords_update_new": new["keywords"][:3] + ["linked"],
+                        "keywords_update_existing": candidate["keywords"][:3] + ["linked"]})
+        else:
+            out.append({"candidate": candidate["number"], "relationship": "unrelated", "reasoning": "-"})
+    return {"relationships": out}
+
+
+def ingest(tmp_path, batch: int, lm: ScriptedLM, embedder, policy: str = "lm"):
+    config = AmbConfig(storage_dir=tmp_path / f"s{batch}", ingest_batch=batch, policy=policy, lm_threads=1)
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    return bank, bank.ingest(TEXT, name="parts")
+
+
+def shape(bank):
+    ids = list(bank.store.graph.nodes_dict)
+    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in bank.store.graph.nodes_dict.values()]
+    return nodes, sorted(tuple(sorted((ids.index(a), ids.index(b)))) for a, b in bank.store.graph.edges())
+
+
+def scripted(**extra):
+    return ScriptedLM(classification=classify, structure=compress, analysis=judge, **extra)
+
+
+def test_batched_ingest_makes_the_sequential_bank_in_fewer_calls(tmp_path, embedder):
+    one_lm, many_lm = scripted(), scripted()
+    one, alone = ingest(tmp_path, 1, one_lm, embedder)
+    many, batched = ingest(tmp_path, 8, many_lm, embedder)
+    assert shape(many) == shape(one)
+    nodes, edges = shape(one)
+    assert len(nodes) == 8 and edges and any("~" in context for _, context, _ in nodes)  # related verdicts applied
+    assert [e.text for e in many.store.tree.entries.values()] == [e.text for e in one.store.tree.entries.values()]
+    assert not any(c.route.endswith("_batch") for c in one_lm.calls)
+    assert {c.route for c in many_lm.calls} >= {"structure_batch", "analysis_batch"}
+    # the same items were asked, and the meter counts each real LM call once
+    assert sorted(c.inputs["content"] for c in many_lm.calls_for("structure")) == \
+        sorted(c.inputs["content"] for c in one_lm.calls_for("structure"))
+    assert alone.usage["structure"]["calls"] == 8 and batched.usage["structure"]["calls"] == 1
+    assert batched.usage["analysis"]["calls"] < alone.usage["analysis"]["calls"] == 7
+    for result, lm in ((alone, one_lm), (batched, many_lm)):
+        assert sum(u["calls"] for u in result.usage.values()) == len(lm.calls)
+
+
+def test_an_unusable_batch_answer_falls_back_to_the_policy(tmp_path, embedder):
+    lm = scripted(structure_batch=lambda call: "no idea", analysis_batch=lambda call: "{not json")
+    bank, result = ingest(tmp_path, 8, lm, embedder, policy="auto")
+    assert result.nodes == 8 and any("deterministic policy was used" in e for e in result.errors)
+    assert result.fallbacks["structure"] == 1 and result.fallbacks["analysis"] >= 1
+    assert all(n.summary for n in bank.store.graph.nodes_dict.values())
+    assert len(bank.store.tree.entries) == 1
+
+
+def test_under_policy_lm_an_unusable_analysis_batch_asks_each_node_alone(tmp_path, embedder):
+    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    lm = scripted(analysis_batch=lambda call: "{not json")
+    many, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(many) == shape(one) and not result.errors
+    assert lm.calls_for("analysis_batch") and len(lm.calls_for("analysis")) == 7
+
+
+def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, embedder):
+    def drop_last(call):
+        topics = call.input_json("topics")
+        return {"summaries": [{"number": t["number"], "summary": " ".join(t["content"].split()[:len(t["content"].split()) * 2 // 5])}
+                              for t in topics[:-1]]}
+
+    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    lm = scripted(structure_batch=drop_last)
+    many, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(many) == shape(one) and not result.errors
+    assert len(lm.calls_for("structure_batch")) == 1 and len(lm.calls_for("structure")) == 1
+
+
+def test_snapshot_analysis_judges_a_batch_on_the_graph_as_it_found_it_in_fewer_calls(tmp_path, embedder):
+    exact_lm, snapshot_lm = scripted(), scripted()
+    exact, exact_result = ingest(tmp_path, 8, exact_lm, embedder)
+    config = AmbConfig(storage_dir=tmp_path / "snap", ingest_batch=8, ingest_analysis="snapshot", policy="lm", lm_threads=1)
+    snapshot = MemoryBank(config, lm=snapshot_lm, embedder=embedder)
+    result = snapshot.ingest(TEXT, name="parts")
+    assert result.nodes == 8 and result.edges and not result.errors
+    assert result.usage["analysis"]["calls"] == 1 < exact_result.usage["analysis"]["calls"]
+    # every node judged once, on the candidates the graph offered before the batch's first verdict
+    assert len(snapshot_lm.calls_for("analysis")) == 7
