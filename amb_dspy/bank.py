@@ -35,8 +35,7 @@ from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.images import ImageStager
 from amb_dspy.lm import AgentLMs, LMCallCapReached, UsageMeter, is_embedded, reads_images, resolve_lms
-from amb_dspy.longterm import LongTermError, format_recalled, open_store_or_notice, recall, remember_task
-from amb_dspy.longterm.registry import store_exists
+from amb_dspy.longterm.run_memory import recall_for_task, remember_run
 from amb_dspy.memory_writer import MemoryWriter
 from amb_dspy.phases import LoopPhases
 from amb_dspy.retrieval.embedding import default_embedder
@@ -192,35 +191,21 @@ class MemoryBank(LoopPhases):
         return result
 
     def _recall_across_tasks(self, state: RunState, task: str) -> None:
-        """Earlier tasks' items for ``task`` into <memory> (``config.recall``; by default when a store exists)."""
-        wanted = self.config.recall if self.config.recall is not None else store_exists(self.config)
-        if not wanted:
-            return
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        if store is None:
+        """Earlier tasks' items for ``task``, condensed, into <memory>, when the route reads (amb_dspy.longterm.run_memory)."""
+        self.memory_adapter.recalled, notices = recall_for_task(self.config, self.embedder, task,
+                                                                lm=self.lms.for_agent("planning"))
+        for notice in notices:
             state.notices.append(notice)
             self._emit("notice", state, notice)
-            return
-        try:
-            self.memory_adapter.recalled = format_recalled(recall(store, namespace=self.config.namespace, query=task))
-        except LongTermError as exc:  # a failing store never breaks the run
-            state.notices.append(f"no long-term memory this run: {exc}")
-            self._emit("notice", state, state.notices[-1])
 
     def _remember_across_tasks(self, result: RunResult) -> None:
-        """The task's goal, answer, citations, completed tasks and hops into long-term memory (``config.remember``)."""
-        if not self.config.remember:
-            return
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        try:
-            if store is None:
-                raise LongTermError(notice)
-            doc = result.insight_doc
-            remember_task(store, namespace=self.config.namespace, task_id=doc["doc_id"], goal=doc["task_goal"],
-                          answer=result.answer, citations=result.citations, completed_tasks=doc["completed_tasks"],
-                          hops=result.hops, redact=self.config.redact)
-        except LongTermError as exc:  # the answer stands; the memory write is reported
-            result.notices.append(f"not remembered: {exc}")
+        """What the route keeps of the finished task into long-term memory (``config.remember``)."""
+        doc = result.insight_doc
+        _, notices = remember_run(self.config, self.embedder, task_id=doc["doc_id"], goal=doc["task_goal"],
+                                  answer=result.answer, citations=result.citations,
+                                  completed_tasks=doc["completed_tasks"], hops=result.hops,
+                                  lm=self.lms.for_agent("planning"))
+        result.notices.extend(notices)
 
     def resume(self, directory: str | Path) -> RunResult:
         """Continue the run whose checkpoint is in ``directory`` from its last completed loop (see

@@ -1,7 +1,10 @@
-"""Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server).
+"""Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server,
+Qdrant's embedded local mode).
 
-Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, and a ``chroma run``
-server on 127.0.0.1 started by the ``chroma_url`` fixture. Each test works in its own namespace, so
+Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-client, and a
+``chroma run`` server on 127.0.0.1 started by the ``chroma_url`` fixture. No Qdrant server binary is
+to be had from PyPI or Debian, so the Qdrant server path is tested against refusing addresses only
+(tests/test_longterm_fallback.py). Each test works in its own namespace, so
 tests sharing the server do not see each other's items.
 """
 
@@ -32,10 +35,11 @@ from amb_dspy.longterm import (
     remember_task,
 )
 from amb_dspy.longterm.chroma import ChromaStore
+from amb_dspy.longterm.qdrant import QdrantStore
 from amb_dspy.longterm.scoring import decay
 from amb_dspy.longterm.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "chroma", "chroma-http"]
+BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant"]
 DAY = 86_400.0
 
 
@@ -104,6 +108,8 @@ def make_store(request, tmp_path, embedder):
             store = SQLiteStore(tmp_path / "longterm.sqlite3", model, **options)
         elif request.param == "chroma":
             store = ChromaStore.persistent(tmp_path / "chroma", model, **options)
+        elif request.param == "qdrant":
+            store = QdrantStore.local(tmp_path / "qdrant", model, **options)
         else:
             store = ChromaStore.http(request.getfixturevalue("chroma_url"), model, **options)
         opened.append(store)
@@ -331,7 +337,7 @@ def test_unreachable_server_is_a_one_line_notice(tmp_path, embedder):
 
 @pytest.mark.parametrize("case", ["not a database", "a folder", "unknown backend"])
 def test_store_that_cannot_be_opened_is_a_one_line_notice(tmp_path, embedder, case):
-    config = AmbConfig(storage_dir=tmp_path, longterm_backend="qdrant" if case == "unknown backend" else "sqlite")
+    config = AmbConfig(storage_dir=tmp_path, longterm_backend="pinecone" if case == "unknown backend" else "sqlite")
     if case == "not a database":
         (tmp_path / "longterm.sqlite3").write_text("these are notes, not SQLite " * 100)
     elif case == "a folder":
@@ -339,7 +345,7 @@ def test_store_that_cannot_be_opened_is_a_one_line_notice(tmp_path, embedder, ca
     store, notice = open_store_or_notice(config, embedder=embedder)
     assert store is None and len(notice.splitlines()) == 1
     assert {"not a database": "file is not a database", "a folder": "cannot open",
-            "unknown backend": "unknown long-term backend 'qdrant'"}[case] in notice
+            "unknown backend": "unknown long-term backend 'pinecone'"}[case] in notice
 
 
 def test_registry_opens_the_configured_backend(tmp_path, embedder, chroma_url):

@@ -1,8 +1,9 @@
 """Merging a new long-term item into a near-duplicate of the same namespace and kind.
 
 * ``preference``: the newest statement wins (a user who changed their mind);
-* ``trajectory``: the new run is appended to the old one, so that one item tells every attempt (the
-  oldest attempts are dropped past ``MAX_TRAJECTORY_CHARS``);
+* ``trajectory`` and ``tool_effect``: the new run is appended to the old one, so that one item tells
+  every attempt (the oldest attempts are dropped past ``MAX_TRAJECTORY_CHARS``; a tool effect already
+  recorded word for word is not appended again);
 * ``fact`` and ``conclusion``: one merged statement. A ``Merger`` (``(old, new) -> merged``), such as
   the bank's integration agent, writes it when given (and when it fails or returns nothing); otherwise :func:`heuristic_merge` keeps the
   longer statement (the newer on a tie) and adds the other's sentences that it does not already say.
@@ -13,11 +14,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from amb_dspy.longterm.scoring import overlap
 from amb_dspy.retrieval.keyword import tokenize
 
 Merger = Callable[[str, str], str]
+MergeRule = Literal["overwrite", "append", "merged statement"]
+MERGE_RULES: dict[str, MergeRule] = {"preference": "overwrite", "trajectory": "append", "tool_effect": "append",
+                                     "fact": "merged statement", "conclusion": "merged statement"}
 logger = logging.getLogger(__name__)
 
 # Calibrated with `python bench/longterm.py --calibrate` on HotpotQA train_100 (687 template paraphrases of
@@ -69,10 +74,13 @@ def heuristic_merge(old: str, new: str) -> str:
 
 def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> str:
     """The content of an item of ``kind`` after merging ``new`` into ``old``."""
-    if kind == "preference":
+    rule = MERGE_RULES[kind]
+    if rule == "overwrite":
         return new
-    if kind == "trajectory":
-        attempts = [*old.strip().split(TRAJECTORY_SEPARATOR), new.strip()]
+    if rule == "append":
+        attempts = old.strip().split(TRAJECTORY_SEPARATOR)
+        if new.strip() not in attempts:
+            attempts.append(new.strip())
         while len(attempts) > 1 and len(TRAJECTORY_SEPARATOR.join(attempts)) > MAX_TRAJECTORY_CHARS:
             attempts.pop(0)
         return TRAJECTORY_SEPARATOR.join(attempts)
