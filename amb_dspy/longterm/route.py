@@ -42,6 +42,9 @@ _REQUEST_START = re.compile(
     r"check|compute|calculate|translate|describe|identify|recommend|suggest|help|plan|create|make|book|fix|"
     r"debug|analy[sz]e|estimate|convert|outline|review|rank|sort|count|define|what's|whats|remind|recall|"
     r"fetch|get|open|read|run|draw|build|generate|rewrite|answer|figure)\b", _FLAGS)
+# "Just this once, give me ...", "I need directions to ...": a request behind a lead clause or a want.
+_LATE_REQUEST = re.compile(r"^((?P<lead>[^,]{1,40}),\s*|i (want|need|would like|'d like) (a|an|the|some|to|directions|help|"
+                           r"information|advice|ideas|you to (find|tell|give|list|explain|write|show|check))\b)", _FLAGS)
 _SMALL_TALK = re.compile(
     r"^(hi|hello|hey|thanks|thank you|thx|ok|okay|cool|great|nice|good (morning|night|evening|afternoon)|bye|"
     r"goodbye|cheers|sure|yes|no|yep|nope|got it|sounds good|perfect|lol|hmm+|wow|awesome|see you)\b[\s!.,:)]*"
@@ -66,6 +69,12 @@ _FACT = re.compile(
     r"made of|composed of|located in|the capital of|part of)\b|"
     r"\b(means|stands for|refers to|is defined as|is short for|is an abbreviation for|is an acronym for|"
     r"is the name for|consists of|is a synonym of|is measured in|equals|is equivalent to)\b", _FLAGS)
+# A one-sentence third-person statement in the present tense ("The capital of Australia is Canberra.",
+# "Our standup is at 9:30 every weekday."): a fact told, unless it is passing (checked separately).
+_DECLARATIVE = re.compile(
+    r"^(?!(it|it's|this|that|these|those|he|she|they|i|i'm|we|you|there|here|so|but|and|yes|no)\b)[A-Z][^?!;]{8,200}?"
+    r"\b(is|are|starts|begins|ends|opens|closes|runs|takes place|happens|falls|lasts|belongs|has|have|"
+    r"uses|holds|contains|costs|weighs|measures)\b[^?!]*\.$")
 _PASSING = re.compile(
     r"\b(today|tonight|right now|at the moment|currently|this (morning|afternoon|evening|week|time|once|session|"
     r"task|conversation)|just this once|for now|temporarily|for this (task|question|answer|one)|only this time|"
@@ -117,7 +126,10 @@ def is_question(message: str) -> bool:
 def is_request(message: str) -> bool:
     """A question or an instruction: something to work on."""
     text = message.strip()
-    return is_question(text) or bool(_REQUEST_START.match(text))
+    if is_question(text) or _REQUEST_START.match(text):
+        return True
+    lead = _LATE_REQUEST.match(text)
+    return bool(lead) and (not lead.group("lead") or bool(_REQUEST_START.match(text[lead.end():].strip())))
 
 
 def _statement_rules(message: str) -> tuple[list[Kind], list[str]]:
@@ -135,7 +147,8 @@ def _statement_rules(message: str) -> tuple[list[Kind], list[str]]:
     if _PROFILE.search(text) and not question and not _PASSING.search(text):
         kinds.append("preference")
         reasons.append("a lasting preference or profile statement")
-    elif _FACT.search(text) and not question and not _PASSING.search(text) and not _REQUEST_START.match(text):
+    elif ((_FACT.search(text) or _DECLARATIVE.match(text)) and not question and not _PASSING.search(text)
+          and not is_request(text)):
         kinds.append("fact")
         reasons.append("a stable definition or fact told")
     return kinds, reasons
@@ -176,9 +189,10 @@ def heuristic_route(message: str, trace: TaskTrace | None = None, *, namespace: 
         trace_kinds, trace_reasons = _trace_rules(trace)
         kinds += [k for k in trace_kinds if k not in kinds]
         reasons += trace_reasons
-    should_read = bool(text) and is_request(text) and not _SMALL_TALK.match(text)
-    if not should_read:
-        reasons.append("nothing to look up" if text else "empty message")
+    told = {"preference", "fact"} & set(kinds)
+    should_read = (bool(text) and is_request(text) and not _SMALL_TALK.match(text)
+                   and (not told or is_question(text)))
+    reasons.append("asks for work: read first" if should_read else "nothing to look up" if text else "empty message")
     return RouteDecision(should_read=should_read, should_write=bool(kinds), namespaces=(namespace,),
                          kinds=tuple(kinds), reasons=tuple(reasons))
 
