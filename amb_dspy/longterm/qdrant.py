@@ -133,9 +133,17 @@ class QdrantStore(LongTermStore):
                **options) -> QdrantStore:
         """A Qdrant server at ``url``; fails at once (within ``timeout_s``) if it does not answer."""
         qdrant_client, _ = _qdrant()
-        with unavailable_on_error(url, "cannot reach"):
-            client = qdrant_client.QdrantClient(url=url, api_key=api_key or None, timeout=timeout_s)
-            client.get_collections()
+        client = None
+        try:
+            with unavailable_on_error(url, "cannot reach"):
+                # reachability is checked right here; the client's own version probe would only warn
+                client = qdrant_client.QdrantClient(url=url, api_key=api_key or None, timeout=int(max(1, timeout_s)),
+                                                    check_compatibility=False)
+                client.get_collections()
+        except StoreUnavailableError:
+            if client is not None:
+                client.close()
+            raise
         return cls(client, url, embedder, release=client.close, **options)
 
     @contextmanager

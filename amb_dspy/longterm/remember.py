@@ -57,9 +57,13 @@ class RecalledItem:
     def date(self) -> str:
         return self.item.updated.date().isoformat()
 
+    @property
+    def tag(self) -> str:
+        return f"[task {self.task_id}, {self.date}, {self.item.kind}]"
+
     def line(self) -> str:
         body = "\n  ".join(part.strip() for part in self.item.content.splitlines() if part.strip())
-        return f"- [task {self.task_id}, {self.date}, {self.item.kind}] {body}"
+        return f"- {self.tag} {body}"
 
 
 def _citation_sources(citations: Iterable[str | Mapping[str, Any]],

@@ -42,7 +42,7 @@ def summarize(items: Sequence[RecalledItem], goal: str, *, max_tokens: int,
     budget = max_tokens - count_tokens(RECALL_HEADER)
     blocks = []
     for item in items:
-        tag = item.line().split("] ", 1)[0] + "]"
+        tag = item.tag
         parts = _parts(item)
         ranked = sorted(range(len(parts)), key=lambda i: (not parts[i].startswith(_ALWAYS_KEPT),
                                                           -overlap(goal_tokens, tokenize(parts[i])), i))
