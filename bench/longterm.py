@@ -2,9 +2,11 @@
 
     python bench/longterm.py                                   # everything, both backends
     python bench/longterm.py --backend sqlite --max-items 10000
+    python bench/longterm.py --backend qdrant                  # Qdrant's embedded local mode
     python bench/longterm.py --calibrate                       # the dedup threshold sweep (train_100)
 
-All parts use the real all-MiniLM-L6-v2 embedder and real stores (a SQLite file, an embedded Chroma).
+All parts use the real all-MiniLM-L6-v2 embedder and real stores (a SQLite file, an embedded Chroma,
+Qdrant's embedded local mode).
 Paraphrases come from the templates of ``bench/longterm_paraphrase.py`` (no model: repeatable).
 
 (a) recall@k. Each dev question is remembered as a finished task through ``remember_task``, all in
@@ -49,6 +51,7 @@ from longterm_paraphrase import fact_paraphrases, follow_up, question_paraphrase
 
 from amb_dspy.longterm import DEDUP_THRESHOLD, remember_task  # noqa: E402
 from amb_dspy.longterm.chroma import ChromaStore  # noqa: E402
+from amb_dspy.longterm.qdrant import QdrantStore  # noqa: E402
 from amb_dspy.longterm.sqlite import SQLiteStore  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 
@@ -66,6 +69,8 @@ def load(path: Path, n: int | None = None) -> list[dict]:
 def open_store(backend: str, folder: Path, embedder):
     if backend == "sqlite":
         return SQLiteStore(folder / "longterm.sqlite3", embedder)
+    if backend == "qdrant":
+        return QdrantStore.local(folder / "qdrant", embedder)
     return ChromaStore.persistent(folder / "chroma", embedder)
 
 
@@ -191,7 +196,7 @@ def latency(backend: str, size: int, pool: list[str], vectors: np.ndarray, timed
             store.add_many("bench", texts, "fact", vectors=batch)
         fill_s = time.perf_counter() - t0
         open_s = float("nan")
-        if backend == "sqlite":
+        if backend in ("sqlite", "qdrant"):
             store.close()
             t0 = time.perf_counter()
             store = open_store(backend, Path(folder), embedder)
@@ -218,7 +223,8 @@ def size_label(size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["sqlite", "chroma", "both"], default="both")
+    parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant", "both", "all"], default="both",
+                        help="both: sqlite and chroma; all: the three")
     parser.add_argument("--max-items", type=int, default=max(SIZES), help="largest store size for the latency part")
     parser.add_argument("--n", type=int, default=300, help="HotpotQA dev questions for recall and merging")
     parser.add_argument("--data", type=Path, default=DATA, help="folder with dev_distractor_300.jsonl and train_100.jsonl")
@@ -227,7 +233,7 @@ def main() -> None:
     parser.add_argument("--skip-quality", action="store_true", help="only latency")
     args = parser.parse_args()
     embedder = default_embedder()
-    backends = ["sqlite", "chroma"] if args.backend == "both" else [args.backend]
+    backends = {"both": ["sqlite", "chroma"], "all": ["sqlite", "chroma", "qdrant"]}.get(args.backend, [args.backend])
     dev, train = load(args.data / "dev_distractor_300.jsonl", args.n), load(args.data / "train_100.jsonl")
 
     if args.calibrate:
@@ -288,8 +294,8 @@ def main() -> None:
                 label = size_label(size)
                 summary[f"search_ms_{label}_{backend}"] = round(row["search_p50"], 3)
                 summary[f"write_ms_{label}_{backend}"] = round(row["write_p50"], 3)
-                if backend == "sqlite":
-                    summary[f"open_s_{label}_sqlite"] = round(row["open_s"], 2)
+                if backend in ("sqlite", "qdrant"):
+                    summary[f"open_s_{label}_{backend}"] = round(row["open_s"], 2)
     print(json.dumps(summary))
 
 

@@ -48,7 +48,7 @@ from amb_dspy.longterm.merge import (
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
-    containment,
+    dice,
     decay,
     hybrid_similarity,
     overlap,
@@ -375,7 +375,7 @@ class LongTermStore(ABC):
         tokens = tokenize(content)
         best, best_similarity = None, 0.0
         for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
-            similarity = hybrid_similarity(cosine, containment(tokens, tokenize(item.content)), self.alpha)
+            similarity = hybrid_similarity(cosine, dice(tokens, tokenize(item.content)), self.alpha)
             if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
                 best, best_similarity = item, similarity
         return best, best_similarity

@@ -173,24 +173,29 @@ class QdrantStore(LongTermStore):
                                          payload=_payload(item)) for item, vector in pairs]
 
     def _apply(self, change: Change) -> None:
+        """One upsert or delete per collection (each is one commit in local mode), then the audit rows."""
         client = self._client
+        upserts: dict[str, list[tuple[MemoryItem, np.ndarray]]] = {}
+        deletes: dict[str, list[str]] = {}
+        for item, vector in [*change.added, *change.replaced]:
+            upserts.setdefault(collection_name(item.namespace, item.kind), []).append((item, vector))
+        for item in change.removed:
+            deletes.setdefault(collection_name(item.namespace, item.kind), []).append(point_id(item.id))
         with self._reaching():
             undo: list[Callable[[], None]] = []
             try:
-                for item, vector in change.added:
-                    name = collection_name(item.namespace, item.kind)
+                for name, pairs in upserts.items():
                     self._ensure(name, self.embedder.dim)
-                    client.upsert(name, points=self._points([(item, vector)]), wait=True)
-                    undo.append(lambda n=name, i=point_id(item.id): self._delete(n, [i]))
-                for item, vector in [*change.replaced, *((i, None) for i in change.removed)]:
-                    name = collection_name(item.namespace, item.kind)
-                    self._ensure(name, self.embedder.dim)
-                    old = client.retrieve(name, ids=[point_id(item.id)], with_payload=True, with_vectors=True)
-                    if vector is None:
-                        self._delete(name, [point_id(item.id)])
-                    else:
-                        client.upsert(name, points=self._points([(item, vector)]), wait=True)
-                    undo.append(lambda n=name, i=point_id(item.id), old=old: self._restore(n, i, old))
+                    ids = [point_id(item.id) for item, _ in pairs]
+                    old = client.retrieve(name, ids=ids, with_payload=True, with_vectors=True) if change.replaced else []
+                    client.upsert(name, points=self._points(pairs), wait=True)
+                    undo.append(lambda n=name, ids=ids, old=old: self._restore(n, ids, old))
+                for name, ids in deletes.items():
+                    if not self._exists(name):
+                        continue
+                    old = client.retrieve(name, ids=ids, with_payload=True, with_vectors=True)
+                    self._delete(name, ids)
+                    undo.append(lambda n=name, ids=ids, old=old: self._restore(n, ids, old))
                 if change.audit:
                     first = time.time_ns()
                     client.upsert(AUDIT, wait=True, points=[
@@ -208,12 +213,14 @@ class QdrantStore(LongTermStore):
     def _delete(self, name: str, ids: list[str]) -> None:
         self._client.delete(name, points_selector=self._models.PointIdsList(points=ids), wait=True)
 
-    def _restore(self, name: str, pid: str, old: list) -> None:
+    def _restore(self, name: str, ids: list[str], old: list) -> None:
+        """Put the points ``ids`` of ``name`` back as they were (``old``; an id not in it did not exist)."""
+        kept = {str(point.id) for point in old}
+        if gone := [pid for pid in ids if pid not in kept]:
+            self._delete(name, gone)
         if old:
             self._client.upsert(name, wait=True, points=[self._models.PointStruct(
-                id=pid, vector=old[0].vector, payload=old[0].payload)])
-        else:
-            self._delete(name, [pid])
+                id=point.id, vector=point.vector, payload=point.payload) for point in old])
 
     def _nearest(self, namespace: str, kinds: Sequence[Kind], vector: np.ndarray, text: str,
                  n: int) -> list[tuple[MemoryItem, float]]:
