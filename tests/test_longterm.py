@@ -393,3 +393,28 @@ def test_chroma_never_uses_its_own_embedding_function(tmp_path, embedder, monkey
     assert store.search("ns", "Seine", k=1)[0].item.content.startswith("The Seine flows through Paris.")
     for collection in store._client.list_collections():
         assert collection.configuration.get("embedding_function") is None, collection.name
+
+
+def test_qdrant_change_that_fails_midway_leaves_nothing(tmp_path, embedder, monkeypatch):
+    store = QdrantStore.local(tmp_path / "qdrant", embedder)
+    kept = store.write("ns", DERRICKSON, "fact").item
+    client = store._client
+    upsert = client.upsert
+
+    def audit_fails(collection_name, *args, **kwargs):
+        if collection_name == "amb_longterm_audit":
+            raise ConnectionError("server went away")
+        return upsert(collection_name, *args, **kwargs)
+
+    monkeypatch.setattr(client, "upsert", audit_fails)
+    with pytest.raises(StoreUnavailableError, match="server went away"):
+        store.write("ns", SEINE, "fact")  # the item went in, then its audit row failed: the item is taken out
+    with pytest.raises(StoreUnavailableError):
+        store.write("ns", DERRICKSON_PARAPHRASE, "fact")  # a merge: the old content is put back
+    monkeypatch.undo()
+    assert [(i.id, i.content) for i in store.list("ns")] == [(kept.id, DERRICKSON)]
+    assert [h.item.id for h in store.search("ns", "Seine Paris river", k=5)] == [kept.id]
+    assert len(store.audit("ns")) == 1
+    store.close()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        store.list("ns")

@@ -48,8 +48,8 @@ from amb_dspy.longterm.merge import (
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
-    dice,
     decay,
+    dice,
     hybrid_similarity,
     overlap,
     score,

@@ -4,7 +4,10 @@
   persisted in a SQLite file inside the folder), the default for ``AMB_LONGTERM_BACKEND=qdrant``.
   Local mode lets one client at a time open a folder; every store of this process on the same folder
   shares one client (so a second handle sees the first one's changes at once), and a folder held by
-  another process is a :class:`StoreUnavailableError` (the run then goes on with the SQLite store);
+  another process is a :class:`StoreUnavailableError` (the run then goes on with the SQLite store).
+  qdrant-client persists each point with its own SQLite commit, so a write costs tens of
+  milliseconds on a slow disk and a bulk load of 100k items takes long; search is numpy over the
+  collection in memory (``QdrantStore.memory`` runs the same code without a folder);
 * ``QdrantStore.server(url, embedder, api_key=...)``: a Qdrant server (``AMB_LONGTERM_URL``, and
   ``AMB_LONGTERM_API_KEY``), checked at once: a server that does not answer fails the open.
 
@@ -127,6 +130,14 @@ class QdrantStore(LongTermStore):
                     entry[0].close()
 
         return cls(entry[0], str(path), embedder, release=release, **options)
+
+    @classmethod
+    def memory(cls, embedder: Embedder, **options) -> QdrantStore:
+        """Qdrant's local mode without a folder: the same search code, nothing persisted (benchmarks, tests)."""
+        qdrant_client, _ = _qdrant()
+        with unavailable_on_error(":memory:", "cannot open"):
+            client = qdrant_client.QdrantClient(location=":memory:")
+        return cls(client, ":memory:", embedder, release=client.close, **options)
 
     @classmethod
     def server(cls, url: str, embedder: Embedder, *, api_key: str = "", timeout_s: float = 5.0,
