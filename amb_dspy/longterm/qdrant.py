@@ -11,8 +11,10 @@
 * ``QdrantStore.server(url, embedder, api_key=...)``: a Qdrant server (``AMB_LONGTERM_URL``, and
   ``AMB_LONGTERM_API_KEY``), checked at once: a server that does not answer fails the open.
 
-Items live in one collection per namespace and kind (cosine distance), named from a hash of the
-namespace as in :mod:`.chroma`: a search needs no payload filter. A point's id is a UUID derived from
+Items live in one collection per namespace and kind, named from a hash of the namespace as in
+:mod:`.chroma`: a search needs no payload filter. Vectors are stored unit-length under the dot
+product, which is then their cosine: local mode's cosine distance re-normalises every stored vector on
+every query (54 ms a search at 10k items here, against 2 ms with the dot product). A point's id is a UUID derived from
 the item's id; its payload holds the item. The audit trail is one more collection (a constant
 one-dimensional vector per row, never searched by it), and a meta collection records the embedding
 size. Qdrant has no transactions across points and collections: a change is applied step by step and
@@ -66,6 +68,13 @@ def _qdrant():
 def point_id(item_id: str) -> str:
     """The Qdrant point id (a UUID) of an item id."""
     return str(uuid.uuid5(_ID_SPACE, item_id))
+
+
+def unit(vector: np.ndarray) -> np.ndarray:
+    """The vector scaled to length 1 (a zero vector stays zero), float32."""
+    vector = np.asarray(vector, dtype=np.float32)
+    norm = float(np.linalg.norm(vector))
+    return vector / norm if norm > 0 else vector
 
 
 def collection_name(namespace: str, kind: str) -> str:
@@ -170,7 +179,7 @@ class QdrantStore(LongTermStore):
         if not self._client.collection_exists(name):
             models = self._models
             self._client.create_collection(name, vectors_config=models.VectorParams(
-                size=size, distance=models.Distance.COSINE))
+                size=size, distance=models.Distance.DOT))
         self._known.add(name)
 
     def _exists(self, name: str) -> bool:
@@ -180,8 +189,8 @@ class QdrantStore(LongTermStore):
 
     # --- primitives ----------------------------------------------------------------------------
     def _points(self, pairs: list[tuple[MemoryItem, np.ndarray]]) -> list:
-        return [self._models.PointStruct(id=point_id(item.id), vector=np.asarray(vector, dtype=np.float32).tolist(),
-                                         payload=_payload(item)) for item, vector in pairs]
+        return [self._models.PointStruct(id=point_id(item.id), vector=unit(vector).tolist(), payload=_payload(item))
+                for item, vector in pairs]
 
     def _apply(self, change: Change) -> None:
         """One upsert or delete per collection (each is one commit in local mode), then the audit rows."""
@@ -235,7 +244,7 @@ class QdrantStore(LongTermStore):
 
     def _nearest(self, namespace: str, kinds: Sequence[Kind], vector: np.ndarray, text: str,
                  n: int) -> list[tuple[MemoryItem, float]]:
-        query = np.asarray(vector, dtype=np.float32).tolist()
+        query = unit(vector)
         nearest = []
         with self._reaching():
             for kind in kinds:
