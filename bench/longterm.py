@@ -301,7 +301,7 @@ def main() -> None:
                 label = size_label(size)
                 summary[f"search_ms_{label}_{backend}"] = round(row["search_p50"], 3)
                 summary[f"write_ms_{label}_{backend}"] = round(row["write_p50"], 3)
-                if backend in ("sqlite", "qdrant"):
+                if not np.isnan(row["open_s"]):
                     summary[f"open_s_{label}_{backend}"] = round(row["open_s"], 2)
     print(json.dumps(summary))
 
