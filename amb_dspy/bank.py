@@ -190,12 +190,10 @@ class MemoryBank(LoopPhases):
             self._emit("notice", state, notice)
 
     def _remember_across_tasks(self, result: RunResult) -> None:
-        """The task's goal, answer, citations, completed tasks and hops into long-term memory (``config.remember``)."""
+        """What the route keeps of the finished task into long-term memory (``config.remember``)."""
         if not self.config.remember:
             return
-        notice = self.session.remember(result.answer, result.citations)
-        if notice:
-            result.notices.append(notice)
+        result.notices.extend(self.session.remember(result.answer, result.citations))
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:

@@ -279,11 +279,11 @@ def evaluate(
 
 
 # --- amb memory: long-term memory across tasks ----------------------------------------------------------
-memory_app = typer.Typer(help="Long-term memory kept across tasks (AMB_LONGTERM_BACKEND=sqlite|chroma, "
-                              "AMB_LONGTERM_URL for a Chroma server).", no_args_is_help=True)
+memory_app = typer.Typer(help="Long-term memory kept across tasks (AMB_LONGTERM_BACKEND=sqlite|chroma|qdrant, "
+                              "AMB_LONGTERM_URL for a Chroma or Qdrant server).", no_args_is_help=True)
 app.add_typer(memory_app, name="memory")
 _NAMESPACE = typer.Option("default", "--namespace", help="whose memory: a user, an agent, a task type")
-_KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory or preference")
+_KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, preference or tool_effect")
 
 
 def _memory(command: str, **arguments) -> None:
@@ -338,6 +338,13 @@ def memory_export(namespace: str = _NAMESPACE,
                   out: Path | None = typer.Option(None, "--out", help="write the JSON here instead of printing it")) -> None:
     """Export a namespace's items and audit rows as one JSON object."""
     _memory("export_items", namespace=namespace, out=out)
+
+
+@memory_app.command("route")
+def memory_route(message: str = typer.Argument(..., help="a task or a user's message"), namespace: str = _NAMESPACE,
+                 answer: str = typer.Option("", "--answer", help="route as after a task that answered this")) -> None:
+    """Say whether a message reads and writes long-term memory, where, what, and why."""
+    _memory("route_message", namespace=namespace, message=message, answer=answer)
 
 
 if __name__ == "__main__":

@@ -93,8 +93,14 @@ class AmbConfig(BaseSettings):
     max_merge_rounds: int = Field(5, ge=1, description="merge -> re-analysis rounds per conflict")
 
     # --- long-term memory across tasks (amb_dspy.longterm) ------------------------------------
-    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir) or chroma")
-    longterm_url: str = Field("", description="a Chroma server, http://host:port; empty: embedded under storage_dir")
+    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir), chroma or qdrant")
+    longterm_url: str = Field("", description="a Chroma or Qdrant server, http://host:port; empty: embedded under storage_dir")
+    longterm_api_key: str = Field("", description="the Qdrant server's API key (AMB_LONGTERM_API_KEY)")
+    longterm_dual_write: bool = Field(False, description="write the local SQLite store too; a server missed while "
+                                      "down is caught up on the next connection (AMB_LONGTERM_DUAL_WRITE=1)")
+    longterm_max_tokens: int = Field(600, ge=50, description="token budget of the recalled block in <memory>")
+    longterm_router: Literal["heuristic", "lm"] = Field(
+        "heuristic", description="who decides when to read and write long-term memory (amb_dspy.longterm.route)")
     remember: bool = Field(False, description="write the task's conclusion and trajectory to long-term memory")
     recall: bool | None = Field(None, description="show earlier tasks' items in <memory> (None: when a store exists)")
     redact: bool = Field(False, description="remove e-mails, phone numbers and secrets before remembering")

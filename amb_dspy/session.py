@@ -257,8 +257,7 @@ class TaskSession(TaskMemory):
         notices = []
         if self.config.remember if remember is None else remember:
             cited = [self.citation(i) for i in self.state.citations if i in self.store.graph]
-            notice = self.remember(self.state.answer, cited)
-            notices.append(notice or f"remembered in namespace {self.namespace!r}")
+            notices.extend(self.remember(self.state.answer, cited) or [f"remembered in namespace {self.namespace!r}"])
         self.closed = True
         self._worker.shutdown(wait=False)  # this request is the last one it runs
         return {"task_id": self.task_id, "answer": self.state.answer, "nodes": len(self.store.graph),

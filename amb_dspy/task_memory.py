@@ -23,8 +23,7 @@ from amb_dspy.errors import one_line
 from amb_dspy.executor import ToolCall
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, UsageMeter
-from amb_dspy.longterm import LongTermError, format_recalled, open_store_or_notice, recall, remember_task
-from amb_dspy.longterm.registry import store_exists
+from amb_dspy.longterm.run_memory import recall_for_task, remember_run
 from amb_dspy.memory_writer import MemoryWriter, node_info
 from amb_dspy.run_state import Conflict, RunState, revised
 from amb_dspy.storage import CompletedTask, InsightDoc, QueryGraphNode, TaskStatus, TaskType
@@ -174,41 +173,28 @@ class TaskMemory:
 
     # --- long-term memory ----------------------------------------------------------------------
     def recall(self, query: str) -> list[str]:
-        """Earlier tasks' items for ``query`` into <memory> (``config.recall``; by default when a store
-        exists); returns the notices it added to the run state (a store that cannot be used)."""
-        wanted = self.config.recall if self.config.recall is not None else store_exists(self.config)
-        if not wanted:
-            return []
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        if store is None:
-            self.state.notices.append(notice)
-            return [notice]
-        try:
-            self.memory_adapter.recalled = format_recalled(recall(store, namespace=self.namespace, query=query))
-        except LongTermError as exc:  # a failing store never breaks the task
-            self.state.notices.append(f"no long-term memory this run: {exc}")
-            return [self.state.notices[-1]]
-        finally:
-            store.close()
-        return []
+        """Earlier tasks' items for ``query``, condensed, into <memory>, when the route reads (see
+        :mod:`amb_dspy.longterm.run_memory`); returns the notices it added to the run state."""
+        recalled, notices = recall_for_task(self._long_term_config(), self.embedder, query,
+                                            lm=self.lms.for_agent("planning"))
+        self.memory_adapter.recalled = recalled
+        self.state.notices.extend(notices)
+        return notices
 
-    def remember(self, answer: str, cited: list[dict[str, str]]) -> str | None:
-        """The task's goal, ``answer``, citations, completed tasks and hops into long-term memory; None, or
-        the one-line notice saying why nothing was remembered."""
-        store, notice = open_store_or_notice(self.config, embedder=self.embedder)
-        try:
-            if store is None:
-                raise LongTermError(notice)
-            doc = self.store.insight_doc
-            remember_task(store, namespace=self.namespace, task_id=doc.doc_id, goal=doc.task_goal, answer=answer,
-                          citations=cited, completed_tasks=[t.model_dump(mode="json") for t in doc.completed_tasks],
-                          hops=[hop.model_dump(mode="json") for hop in self.store.hops], redact=self.config.redact)
-        except LongTermError as exc:  # the answer stands; the memory write is reported
-            return f"not remembered: {exc}"
-        finally:
-            if store is not None:
-                store.close()
-        return None
+    def remember(self, answer: str, cited: list[dict[str, str]]) -> list[str]:
+        """What the route keeps of the finished task (goal, ``answer``, citations, completed tasks, hops, tool
+        effects) into long-term memory; the notices saying what went wrong (none when all was written)."""
+        doc = self.store.insight_doc
+        _, notices = remember_run(self._long_term_config(remember=True), self.embedder, task_id=doc.doc_id,
+                                  goal=doc.task_goal, answer=answer, citations=cited,
+                                  completed_tasks=[t.model_dump(mode="json") for t in doc.completed_tasks],
+                                  hops=[hop.model_dump(mode="json") for hop in self.store.hops],
+                                  lm=self.lms.for_agent("planning"))
+        return notices
+
+    def _long_term_config(self, **update: Any) -> AmbConfig:
+        """The run's settings with this task's namespace (a session may name its own)."""
+        return self.config.model_copy(update={"namespace": self.namespace, **update})
 
 
 class SessionAttribute:

@@ -1,7 +1,10 @@
-"""Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server).
+"""Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server,
+Qdrant's embedded local mode).
 
-Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, and a ``chroma run``
-server on 127.0.0.1 started by the ``chroma_url`` fixture. Each test works in its own namespace, so
+Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-client, and a
+``chroma run`` server on 127.0.0.1 started by the ``chroma_url`` fixture. No Qdrant server binary is
+to be had from PyPI or Debian, so the Qdrant server path is tested against refusing addresses only
+(tests/test_longterm_fallback.py). Each test works in its own namespace, so
 tests sharing the server do not see each other's items.
 """
 
@@ -32,10 +35,11 @@ from amb_dspy.longterm import (
     remember_task,
 )
 from amb_dspy.longterm.chroma import ChromaStore
+from amb_dspy.longterm.qdrant import QdrantStore
 from amb_dspy.longterm.scoring import decay
 from amb_dspy.longterm.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "chroma", "chroma-http"]
+BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant"]
 DAY = 86_400.0
 
 
@@ -104,6 +108,8 @@ def make_store(request, tmp_path, embedder):
             store = SQLiteStore(tmp_path / "longterm.sqlite3", model, **options)
         elif request.param == "chroma":
             store = ChromaStore.persistent(tmp_path / "chroma", model, **options)
+        elif request.param == "qdrant":
+            store = QdrantStore.local(tmp_path / "qdrant", model, **options)
         else:
             store = ChromaStore.http(request.getfixturevalue("chroma_url"), model, **options)
         opened.append(store)
@@ -331,7 +337,7 @@ def test_unreachable_server_is_a_one_line_notice(tmp_path, embedder):
 
 @pytest.mark.parametrize("case", ["not a database", "a folder", "unknown backend"])
 def test_store_that_cannot_be_opened_is_a_one_line_notice(tmp_path, embedder, case):
-    config = AmbConfig(storage_dir=tmp_path, longterm_backend="qdrant" if case == "unknown backend" else "sqlite")
+    config = AmbConfig(storage_dir=tmp_path, longterm_backend="pinecone" if case == "unknown backend" else "sqlite")
     if case == "not a database":
         (tmp_path / "longterm.sqlite3").write_text("these are notes, not SQLite " * 100)
     elif case == "a folder":
@@ -339,7 +345,7 @@ def test_store_that_cannot_be_opened_is_a_one_line_notice(tmp_path, embedder, ca
     store, notice = open_store_or_notice(config, embedder=embedder)
     assert store is None and len(notice.splitlines()) == 1
     assert {"not a database": "file is not a database", "a folder": "cannot open",
-            "unknown backend": "unknown long-term backend 'qdrant'"}[case] in notice
+            "unknown backend": "unknown long-term backend 'pinecone'"}[case] in notice
 
 
 def test_registry_opens_the_configured_backend(tmp_path, embedder, chroma_url):
@@ -387,3 +393,28 @@ def test_chroma_never_uses_its_own_embedding_function(tmp_path, embedder, monkey
     assert store.search("ns", "Seine", k=1)[0].item.content.startswith("The Seine flows through Paris.")
     for collection in store._client.list_collections():
         assert collection.configuration.get("embedding_function") is None, collection.name
+
+
+def test_qdrant_change_that_fails_midway_leaves_nothing(tmp_path, embedder, monkeypatch):
+    store = QdrantStore.local(tmp_path / "qdrant", embedder)
+    kept = store.write("ns", DERRICKSON, "fact").item
+    client = store._client
+    upsert = client.upsert
+
+    def audit_fails(collection_name, *args, **kwargs):
+        if collection_name == "amb_longterm_audit":
+            raise ConnectionError("server went away")
+        return upsert(collection_name, *args, **kwargs)
+
+    monkeypatch.setattr(client, "upsert", audit_fails)
+    with pytest.raises(StoreUnavailableError, match="server went away"):
+        store.write("ns", SEINE, "fact")  # the item went in, then its audit row failed: the item is taken out
+    with pytest.raises(StoreUnavailableError):
+        store.write("ns", DERRICKSON_PARAPHRASE, "fact")  # a merge: the old content is put back
+    monkeypatch.undo()
+    assert [(i.id, i.content) for i in store.list("ns")] == [(kept.id, DERRICKSON)]
+    assert [h.item.id for h in store.search("ns", "Seine Paris river", k=5)] == [kept.id]
+    assert len(store.audit("ns")) == 1
+    store.close()
+    with pytest.raises(StoreUnavailableError, match="closed"):
+        store.list("ns")

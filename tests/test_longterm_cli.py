@@ -99,6 +99,7 @@ def test_export_to_a_file_and_prune(stored, tmp_path):
     (["search", "  ", "--namespace", "alice"], "the search query is empty"),
     (["list", "--namespace", " "], "the namespace is empty"),
     (["export", "--namespace", "alice", "--out", "{folder}"], "is a folder, not a file"),
+    (["route", " "], "the message is empty"),
 ])
 def test_bad_input_is_one_line(stored, tmp_path, args, expected):
     args = [a.format(bob=stored["bob"], folder=tmp_path) for a in args]
@@ -114,3 +115,14 @@ def test_unreachable_store_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setenv("AMB_LONGTERM_BACKEND", "chroma")
     monkeypatch.setenv("AMB_LONGTERM_URL", f"http://127.0.0.1:{port}")
     assert f"long-term store http://127.0.0.1:{port}" in one_error_line(invoke("list"))
+
+
+def test_route_says_what_a_message_would_read_and_write(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path))
+    told = invoke("route", "From now on, answer in British English.", "--namespace", "alice")
+    assert told.exit_code == 0 and told.stdout.splitlines()[:4] == [
+        "should_read: false", "should_write: true", "namespaces: alice", "kinds: preference (profile)"]
+    asked = invoke("route", "Who directed Ed Wood?", "--answer", "Tim Burton")
+    assert asked.stdout.splitlines()[:2] == ["should_read: true", "should_write: true"]
+    assert "kinds: conclusion (trace)" in asked.stdout
+    assert not (tmp_path / "longterm.sqlite3").exists()  # routing opens no store

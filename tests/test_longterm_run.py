@@ -9,6 +9,7 @@ from test_bank import EXTRACT, FINISH, REACT, compress, one_cluster_per_segment,
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
+from amb_dspy.longterm.sqlite import SQLiteStore
 
 ANSWER = "The Tidewater Lantern Festival is held on the second Saturday of July"
 
@@ -38,7 +39,20 @@ def test_a_remembered_conclusion_is_recalled_by_a_later_task(tmp_path, embedder)
     assert not any("second Saturday" in c.messages[-1]["content"] for c in quiet.calls_for(REACT))
 
 
-def test_a_store_that_cannot_be_opened_is_a_notice_and_the_run_goes_on(tmp_path, embedder):
+def test_an_unreachable_server_gives_way_to_the_local_store_and_the_run_goes_on(tmp_path, embedder):
+    config = AmbConfig(storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=1, remember=True,
+                       recall=True, longterm_backend="chroma", longterm_url="http://127.0.0.1:9")
+    result = MemoryBank(config, lm=scripted(ANSWER), embedder=embedder).run("When is the Tidewater Lantern Festival?")
+    assert result.answer == ANSWER
+    fallback = [n for n in result.notices if "using the local SQLite store this run" in n]
+    assert fallback and fallback[0].startswith("long-term store http://127.0.0.1:9: ") and "\n" not in fallback[0]
+    assert not [n for n in result.notices if n.startswith("not remembered")]
+    with SQLiteStore(config.storage_dir / "longterm.sqlite3", embedder) as local:
+        assert any(ANSWER in item.content for item in local.list("default", kind="conclusion"))
+
+
+def test_a_store_that_cannot_be_opened_at_all_is_a_notice_and_the_run_goes_on(tmp_path, embedder):
+    (tmp_path / "storage" / "longterm.sqlite3").mkdir(parents=True)  # not even the local store opens
     config = AmbConfig(storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=1, remember=True,
                        recall=True, longterm_backend="chroma", longterm_url="http://127.0.0.1:9")
     result = MemoryBank(config, lm=scripted(ANSWER), embedder=embedder).run("When is the festival?")

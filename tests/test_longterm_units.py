@@ -18,6 +18,7 @@ from amb_dspy.longterm.scoring import (
     ScoreWeights,
     containment,
     decay,
+    dice,
     hybrid_similarity,
     overlap,
     score,
@@ -88,6 +89,9 @@ def test_overlap_and_source_boost():
     assert overlap(["seine", "paris"], ["seine", "flows", "paris", "channel"]) == 1.0
     assert overlap(["seine", "lyon"], ["seine", "paris"]) == 0.5 and overlap([], ["x"]) == 0.0
     assert containment(["seine", "paris", "channel", "flows"], ["seine", "paris"]) == 1.0
+    # a short statement inside a longer one is no near-duplicate of it by words: Dice weighs both sides
+    assert dice(["seine", "paris", "channel", "flows"], ["seine", "paris"]) == pytest.approx(2 * 2 / 6)
+    assert dice(["a", "b"], ["b", "a", "a"]) == 1.0 and dice([], []) == 0.0
     assert source_boost(spans=1, node_ids=0, citations=0) == 1.0
     assert source_boost(spans=0, node_ids=2, citations=0) == source_boost(spans=0, node_ids=0, citations=1) == 0.5
     assert source_boost(spans=0, node_ids=0, citations=0) == 0.0

@@ -7,7 +7,13 @@ concluded so that the next task on the topic does not start from nothing. Items 
 * ``conclusion``: a task's answer to its goal, with the citations behind it;
 * ``fact``: what one completed subtask found;
 * ``trajectory``: how a task went (its hops, success or failure);
-* ``preference``: something a user wants, where the newest statement wins.
+* ``preference``: something a user wants, where the newest statement wins;
+* ``tool_effect``: what a tool call of a task did (a query run, a page read, a file written).
+
+The design's four memory kinds group them (:data:`MEMORY_KINDS`), each with its merge rule
+(:data:`amb_dspy.longterm.merge.MERGE_RULES`): the user profile (``preference``: overwrite), domain
+facts (``fact``: one merged statement), task traces (``conclusion``: merged statement; ``trajectory``:
+append) and tool effects (``tool_effect``: append).
 
 :class:`LongTermStore` holds everything the backends share: validation, embedding, merging of
 near-duplicates before a write, scoring, and the audit trail. A backend (:mod:`.sqlite`,
@@ -42,8 +48,8 @@ from amb_dspy.longterm.merge import (
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
-    containment,
     decay,
+    dice,
     hybrid_similarity,
     overlap,
     score,
@@ -52,8 +58,12 @@ from amb_dspy.longterm.scoring import (
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
 
-Kind = Literal["conclusion", "trajectory", "preference", "fact"]
-KINDS: tuple[Kind, ...] = ("conclusion", "trajectory", "preference", "fact")
+Kind = Literal["conclusion", "trajectory", "preference", "fact", "tool_effect"]
+KINDS: tuple[Kind, ...] = ("conclusion", "trajectory", "preference", "fact", "tool_effect")
+MemoryKind = Literal["profile", "domain", "trace", "tool"]
+# The design's memory kinds and the item kinds that hold each.
+MEMORY_KINDS: dict[MemoryKind, tuple[Kind, ...]] = {
+    "profile": ("preference",), "domain": ("fact",), "trace": ("conclusion", "trajectory"), "tool": ("tool_effect",)}
 AuditAction = Literal["write", "merge", "update", "delete", "prune"]
 
 MAX_CONTENT_CHARS = 32_000
@@ -226,7 +236,7 @@ class LongTermStore(ABC):
         """Store ``content``, or merge it into the most similar item of the same namespace and kind
         when their similarity reaches ``dedup_threshold``.
 
-        Merging keeps the newest preference, appends trajectories, and makes one statement of facts
+        Merging keeps the newest preference, appends trajectories and tool effects, and makes one statement of facts
         and conclusions: ``merge(old, new) -> str`` when given (an LM), else a heuristic
         (:func:`amb_dspy.longterm.merge.heuristic_merge`).
         """
@@ -365,7 +375,7 @@ class LongTermStore(ABC):
         tokens = tokenize(content)
         best, best_similarity = None, 0.0
         for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
-            similarity = hybrid_similarity(cosine, containment(tokens, tokenize(item.content)), self.alpha)
+            similarity = hybrid_similarity(cosine, dice(tokens, tokenize(item.content)), self.alpha)
             if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
                 best, best_similarity = item, similarity
         return best, best_similarity

@@ -43,7 +43,8 @@ from amb_dspy.longterm.base import (
     LongTermStore,
     MemoryItem,
 )
-from amb_dspy.longterm.errors import LongTermError, StoreUnavailableError
+from amb_dspy.longterm.errors import StoreUnavailableError
+from amb_dspy.longterm.errors import unavailable_on_error as _opening
 from amb_dspy.retrieval.embedding import Embedder
 
 ITEMS_PREFIX = "amb-lt-"
@@ -257,17 +258,3 @@ class ChromaStore(LongTermStore):
                 if len(found["ids"]) < _PAGE:
                     return pages
                 offset += _PAGE
-
-
-@contextmanager
-def _opening(where: str, doing: str = ""):
-    """Turn whatever Chroma raises into one :class:`StoreUnavailableError` line."""
-    try:
-        yield
-    except LongTermError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a client, server or file problem: the store is unusable
-        text = str(exc).strip().splitlines()
-        why = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-        raise StoreUnavailableError(f"long-term store {where}: {doing + ' ' if doing else ''}({why})") from None
-

@@ -1,4 +1,4 @@
-"""What ``amb memory list|search|show|delete|prune|export`` do once their flags are parsed.
+"""What ``amb memory list|search|show|delete|prune|export|route`` do once their flags are parsed.
 
 Each function opens the configured store, does one thing, closes the store and returns the lines to
 print. Problems raise :class:`~amb_dspy.longterm.base.LongTermError` subclasses with one-line messages.
@@ -107,3 +107,18 @@ def export_items(config: AmbConfig, namespace: str, out: Path | None = None) -> 
         partial.unlink(missing_ok=True)
         raise LongTermInputError(f"cannot write {out}: {exc.strerror or exc}") from None
     return [f"exported {len(items)} item(s) and {len(audit)} audit row(s) of namespace {namespace!r} to {out}"]
+
+
+def route_message(config: AmbConfig, namespace: str, message: str, *, answer: str = "") -> list[str]:
+    """What :func:`~amb_dspy.longterm.route.route` decides for ``message`` (after a task that answered
+    ``answer``, when given): read, write, namespaces, kinds and the rules that fired. Opens no store."""
+    from amb_dspy.longterm.route import route
+
+    if not message.strip():
+        raise LongTermInputError("the message is empty")
+    decision = route(message, {"answer": answer} if answer else None, namespace=namespace)
+    return [f"should_read: {str(decision.should_read).lower()}",
+            f"should_write: {str(decision.should_write).lower()}",
+            f"namespaces: {', '.join(decision.namespaces)}",
+            f"kinds: {', '.join(decision.kinds) or '-'} ({', '.join(decision.memory_kinds) or 'nothing kept'})",
+            f"why: {'; '.join(decision.reasons) or '-'}"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 
 class LongTermError(Exception):
     """A long-term memory problem; the message is one line saying what and why."""
@@ -17,3 +19,17 @@ class ItemNotFoundError(LongTermError):
 
 class LongTermInputError(LongTermError, ValueError):
     """Bad input to the store: empty content, an unknown kind, a malformed namespace."""
+
+
+@contextmanager
+def unavailable_on_error(where: str, doing: str = ""):
+    """Turn whatever a backend's client raises (server down, file unreadable) into one
+    :class:`StoreUnavailableError` line; long-term errors pass through as they are."""
+    try:
+        yield
+    except LongTermError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a client, server or file problem: the store is unusable
+        text = str(exc).strip().splitlines()
+        why = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        raise StoreUnavailableError(f"long-term store {where}: {doing + ' ' if doing else ''}({why})") from None

@@ -1,8 +1,9 @@
 """Merging a new long-term item into a near-duplicate of the same namespace and kind.
 
 * ``preference``: the newest statement wins (a user who changed their mind);
-* ``trajectory``: the new run is appended to the old one, so that one item tells every attempt (the
-  oldest attempts are dropped past ``MAX_TRAJECTORY_CHARS``);
+* ``trajectory`` and ``tool_effect``: the new run is appended to the old one, so that one item tells
+  every attempt (the oldest attempts are dropped past ``MAX_TRAJECTORY_CHARS``; a tool effect already
+  recorded word for word is not appended again);
 * ``fact`` and ``conclusion``: one merged statement. A ``Merger`` (``(old, new) -> merged``), such as
   the bank's integration agent, writes it when given (and when it fails or returns nothing); otherwise :func:`heuristic_merge` keeps the
   longer statement (the newer on a tie) and adds the other's sentences that it does not already say.
@@ -13,17 +14,23 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable
+from typing import Literal
 
 from amb_dspy.longterm.scoring import overlap
 from amb_dspy.retrieval.keyword import tokenize
 
 Merger = Callable[[str, str], str]
+MergeRule = Literal["overwrite", "append", "merged statement"]
+MERGE_RULES: dict[str, MergeRule] = {"preference": "overwrite", "trajectory": "append", "tool_effect": "append",
+                                     "fact": "merged statement", "conclusion": "merged statement"}
 logger = logging.getLogger(__name__)
 
-# Calibrated with `python bench/longterm.py --calibrate` on HotpotQA train_100 (687 template paraphrases of
-# supporting facts, 405 held-out different facts about the same entities), picking the threshold with the
-# most paraphrases merged for the fewest wrong merges: at 0.72, 97.5% of paraphrases merge into their fact,
-# 0.1% into another item, and 2.7% of the different facts are merged (at 0.80: 90.8%, 0%, 1.5%).
+# The similarity is 0.5 * Dice(words) + 0.5 * cosine (base.LongTermStore._closest). Chosen on HotpotQA dev
+# items 0-149 (bench/longterm_reuse.py --calibrate: template paraphrases of supporting facts against the
+# held-out sentences of the gold paragraphs, near-verbatim twins of a stored sentence excepted), the
+# threshold and lexical measure with the most paraphrases merged for the fewest different facts merged
+# while both targets hold: 3.1% of paraphrases left as duplicates, 0.8% of different facts merged. The
+# earlier measure (the larger of the two containments) merged 2.5% of different facts at 0.72.
 DEDUP_THRESHOLD = 0.72
 
 TRAJECTORY_SEPARATOR = "\n\n"
@@ -69,10 +76,13 @@ def heuristic_merge(old: str, new: str) -> str:
 
 def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> str:
     """The content of an item of ``kind`` after merging ``new`` into ``old``."""
-    if kind == "preference":
+    rule = MERGE_RULES[kind]
+    if rule == "overwrite":
         return new
-    if kind == "trajectory":
-        attempts = [*old.strip().split(TRAJECTORY_SEPARATOR), new.strip()]
+    if rule == "append":
+        attempts = old.strip().split(TRAJECTORY_SEPARATOR)
+        if new.strip() not in attempts:
+            attempts.append(new.strip())
         while len(attempts) > 1 and len(TRAJECTORY_SEPARATOR.join(attempts)) > MAX_TRAJECTORY_CHARS:
             attempts.pop(0)
         return TRAJECTORY_SEPARATOR.join(attempts)

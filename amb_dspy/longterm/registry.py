@@ -1,8 +1,13 @@
 """Which long-term store a configuration opens, without a code change.
 
-``AMB_LONGTERM_BACKEND`` names the backend (``sqlite``, the default, or ``chroma``);
-``AMB_LONGTERM_URL`` points the Chroma backend at a server, else it is embedded. Embedded stores live
-under ``AMB_STORAGE_DIR``: ``longterm.sqlite3`` or the folder ``longterm-chroma``.
+``AMB_LONGTERM_BACKEND`` names the backend (``sqlite``, the default, ``chroma`` or ``qdrant``);
+``AMB_LONGTERM_URL`` points Chroma or Qdrant at a server (``AMB_LONGTERM_API_KEY`` for Qdrant's), else
+it is embedded. Embedded stores live under ``AMB_STORAGE_DIR``: ``longterm.sqlite3``, or the folder
+``longterm-chroma`` or ``longterm-qdrant``.
+
+:func:`open_store_with_fallback` is what a run uses: a configured backend that cannot be reached
+gives way to the local SQLite store (one notice says so), and ``AMB_LONGTERM_DUAL_WRITE=1`` writes
+both (:mod:`.dual`), catching the server up on the next connection.
 
 A new backend is one function here that builds it from the configuration, plus its module.
 """
@@ -31,7 +36,16 @@ def _chroma(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermSto
     return ChromaStore.persistent(config.storage_dir / FOLDER_NAME, embedder, **options)
 
 
-BACKENDS: dict[str, Callable[[AmbConfig, Embedder, dict], LongTermStore]] = {"sqlite": _sqlite, "chroma": _chroma}
+def _qdrant(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
+    from amb_dspy.longterm.qdrant import FOLDER_NAME, QdrantStore
+
+    if config.longterm_url:
+        return QdrantStore.server(config.longterm_url, embedder, api_key=config.longterm_api_key, **options)
+    return QdrantStore.local(config.storage_dir / FOLDER_NAME, embedder, **options)
+
+
+BACKENDS: dict[str, Callable[[AmbConfig, Embedder, dict], LongTermStore]] = {
+    "sqlite": _sqlite, "chroma": _chroma, "qdrant": _qdrant}
 
 
 def open_store(config: AmbConfig | None = None, *, embedder: Embedder | None = None, **options) -> LongTermStore:
@@ -60,12 +74,52 @@ def open_store_or_notice(config: AmbConfig | None = None, *, embedder: Embedder 
         return None, f"no long-term memory this run: {exc}"
 
 
-def store_exists(config: AmbConfig) -> bool:
-    """Whether a long-term store was written before: a server is named, or its file or folder is there."""
-    if config.longterm_backend == "chroma":
-        from amb_dspy.longterm.chroma import FOLDER_NAME
+def open_store_with_fallback(config: AmbConfig | None = None, *, embedder: Embedder | None = None,
+                             **options) -> tuple[LongTermStore | None, str | None]:
+    """The configured store, or the local SQLite store when the configured one cannot be reached, with
+    a one-line notice saying so; with ``longterm_dual_write`` a :class:`~amb_dspy.longterm.dual.DualStore`
+    of both (the notice then tells what was caught up). ``(None, notice)`` only when even the local
+    store cannot be opened."""
+    config = config or AmbConfig()
+    backend = config.longterm_backend.strip().lower()
+    if backend == "sqlite":
+        return open_store_or_notice(config, embedder=embedder, **options)
+    if embedder is None:
+        from amb_dspy.retrieval.embedding import default_embedder
 
-        return bool(config.longterm_url) or (config.storage_dir / FOLDER_NAME).exists()
+        embedder = default_embedder()
+    local_config = config.model_copy(update={"longterm_backend": "sqlite", "longterm_url": ""})
+    try:
+        remote, unreachable = open_store(config, embedder=embedder, **options), None
+    except StoreUnavailableError as exc:
+        remote, unreachable = None, str(exc)
+    if remote is not None and not config.longterm_dual_write:
+        return remote, None
+    local, notice = open_store_or_notice(local_config, embedder=embedder, **options)
+    if local is None:
+        if remote is not None:
+            remote.close()
+        return None, notice if unreachable is None else f"no long-term memory this run: {unreachable}; {notice}"
+    if config.longterm_dual_write:
+        from amb_dspy.longterm.dual import JOURNAL_NAME, DualStore
+
+        store = DualStore(local, remote, config.storage_dir / JOURNAL_NAME)
+        caught_up = store.reconcile()
+        if caught_up:
+            return store, f"long-term store {config.longterm_url or backend}: caught up {caught_up} item(s) written while it was unreachable"
+        if remote is None:
+            return store, f"{unreachable}; writing the local SQLite store only this run (caught up on the next connection)"
+        return store, store.notices[-1] if store.notices else None
+    return local, f"{unreachable}; using the local SQLite store this run"
+
+
+def store_exists(config: AmbConfig) -> bool:
+    """Whether a long-term store was written before: a server is named, or its file or folder is there
+    (the local SQLite file counts for every backend: a run that fell back to it wrote there)."""
+    from amb_dspy.longterm import chroma, qdrant
     from amb_dspy.longterm.sqlite import FILE_NAME
 
+    folder = {"chroma": chroma.FOLDER_NAME, "qdrant": qdrant.FOLDER_NAME}.get(config.longterm_backend.strip().lower())
+    if folder and (config.longterm_url or (config.storage_dir / folder).exists()):
+        return True
     return (config.storage_dir / FILE_NAME).exists()

@@ -5,7 +5,8 @@ move when they do:
 
 * :func:`remember_task` writes what a finished task produced: its goal and answer with citations as a
   ``conclusion``, what each successful subtask found as a ``fact``, and how the task went (subtasks and
-  hops, success or failure) as a ``trajectory``, everything redacted first when asked;
+  hops, success or failure) as a ``trajectory``, and what each tool call of the hop record did (the
+  query run, the page read) as a ``tool_effect``, everything redacted first when asked;
 * :func:`recall` finds the items worth showing for a new task, over a minimum score and within a
   token budget, and :func:`format_recalled` writes them as the "from earlier tasks" lines that the
   adapter puts in ``<memory>``, each with the task it came from and its date.
@@ -56,9 +57,13 @@ class RecalledItem:
     def date(self) -> str:
         return self.item.updated.date().isoformat()
 
+    @property
+    def tag(self) -> str:
+        return f"[task {self.task_id}, {self.date}, {self.item.kind}]"
+
     def line(self) -> str:
         body = "\n  ".join(part.strip() for part in self.item.content.splitlines() if part.strip())
-        return f"- [task {self.task_id}, {self.date}, {self.item.kind}] {body}"
+        return f"- {self.tag} {body}"
 
 
 def _citation_sources(citations: Iterable[str | Mapping[str, Any]],
@@ -90,6 +95,25 @@ def _hop_line(number: int, hop: Mapping[str, Any] | str) -> str:
     return f"hop {number}. {text[:_HOP_CHARS]}{'...' if len(text) > _HOP_CHARS else ''}"
 
 
+def tool_effects(hops: Sequence[Mapping[str, Any] | str]) -> list[str]:
+    """One line per distinct tool call of a hop record (``tool_calls`` of each hop, as
+    :class:`amb_dspy.storage.Hop` dumps it): the call, the subtask it served and what came of it.
+    Calls answered from the task's own cache are repeats, not effects, and are left out."""
+    effects = []
+    for hop in hops:
+        if not isinstance(hop, Mapping):
+            continue
+        task = " ".join(str(hop.get("task") or "").split())[:_HOP_CHARS]
+        answer = " ".join(str(hop.get("answer") or "").split())[:_HOP_CHARS]
+        outcome = f"found: {answer}" if hop.get("success") and answer else "found nothing usable"
+        for call in hop.get("tool_calls") or ():
+            if not isinstance(call, Mapping) or call.get("cached"):
+                continue
+            args = ", ".join(f"{key}={value!r}" for key, value in (call.get("args") or {}).items())
+            effects.append(f"{call.get('name', 'tool')}({args[:_HOP_CHARS]}) for \"{task}\": {outcome}")
+    return list(dict.fromkeys(effects))
+
+
 def _succeeded(answer: str, completed_tasks: Sequence[Mapping[str, Any]]) -> bool:
     return bool(answer.strip()) and all(str(t.get("status", "success")).lower() == "success" for t in completed_tasks)
 
@@ -98,7 +122,8 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
                   citations: Iterable[str | Mapping[str, Any]] = (),
                   completed_tasks: Sequence[Mapping[str, Any]] = (),
                   hops: Sequence[Mapping[str, Any] | str] = (), redact: bool = False,
-                  merge: Merger | None = None, region: str = "US") -> list[WriteOutcome]:
+                  merge: Merger | None = None, region: str = "US",
+                  kinds: Iterable[str] | None = None) -> list[WriteOutcome]:
     """Write a finished task into long-term memory; returns one outcome per item written or merged.
 
     ``completed_tasks`` are dicts with ``description``, ``status`` (``success``/``failure``) and
@@ -106,27 +131,30 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
     task, dicts of scalars or lines. ``merge`` writes one statement from two near-duplicate facts or
     conclusions (the integration agent); ``redact`` removes e-mails, phone numbers and secrets first.
     Each item is written (or merged) on its own, all or nothing: a store that fails midway keeps the
-    items already written, each whole and with its audit row.
+    items already written, each whole and with its audit row. ``kinds`` limits what is written (the
+    kinds a :func:`~amb_dspy.longterm.route.route` decision names); ``None`` writes every kind.
     """
+    wanted = set(kinds) if kinds is not None else {"conclusion", "fact", "trajectory", "tool_effect"}
+
     def clean(text: str) -> str:
         return redact_text(text, region=region).text if redact else text
 
     goal, answer = clean(goal.strip()), clean(answer.strip())
     spans, node_ids, plain = _citation_sources(citations, clean)
     outcomes = []
-    if goal and answer:
+    if goal and answer and "conclusion" in wanted:
         metadata = ItemMetadata(node_ids=tuple(dict.fromkeys(node_ids)), source_spans=tuple(spans),
                                 citations=tuple(dict.fromkeys(plain)))
         outcomes.append(store.write(namespace, f"Question: {goal}\nAnswer: {answer}", "conclusion",
                                     metadata=metadata, task_id=task_id, reason="conclusion of a finished task",
                                     merge=merge))
-    for task in completed_tasks:
+    for task in completed_tasks if "fact" in wanted else ():
         context = clean(str(task.get("context") or "").strip())
         if context and str(task.get("status", "success")).lower() == "success":
             metadata = ItemMetadata(extra={"subtask": clean(str(task.get("description") or ""))})
             outcomes.append(store.write(namespace, context, "fact", metadata=metadata, task_id=task_id,
                                         reason="finding of a completed subtask", merge=merge))
-    if completed_tasks or hops:
+    if (completed_tasks or hops) and "trajectory" in wanted:
         status = "success" if _succeeded(answer, completed_tasks) else "failure"
         lines = [f"Task: {goal}", f"Outcome: {status}"]
         lines += [f"subtask {i}. [{t.get('status', 'success')}] {clean(str(t.get('description') or ''))}"
@@ -135,6 +163,9 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
         metadata = ItemMetadata(extra={"status": status})
         outcomes.append(store.write(namespace, "\n".join(lines), "trajectory", metadata=metadata, task_id=task_id,
                                     reason=f"trajectory of a finished task ({status})"))
+    for effect in tool_effects(hops) if "tool_effect" in wanted else ():
+        outcomes.append(store.write(namespace, clean(effect), "tool_effect", task_id=task_id,
+                                    reason="a tool call of a finished task"))
     return outcomes
 
 

@@ -63,6 +63,15 @@ def containment(a_tokens: Collection[str], b_tokens: Collection[str]) -> float:
     return max(overlap(a_tokens, b_tokens), overlap(b_tokens, a_tokens))
 
 
+def dice(a_tokens: Collection[str], b_tokens: Collection[str]) -> float:
+    """Dice coefficient of two statements' distinct words, ``2|A & B| / (|A| + |B|)``: the harmonic mean
+    of each one's share found in the other. The near-duplicate test uses it rather than
+    :func:`containment`, which gives a short statement contained in a longer one (a different,
+    narrower fact about the same thing) the full lexical half."""
+    a, b = set(a_tokens), set(b_tokens)
+    return 2 * len(a & b) / (len(a) + len(b)) if a or b else 0.0
+
+
 def hybrid_similarity(cosine: float, lexical: float, alpha: float) -> float:
     """``alpha * lexical + (1 - alpha) * cosine``, the cosine clipped to [0, 1]."""
     return alpha * lexical + (1.0 - alpha) * min(1.0, max(0.0, cosine))
