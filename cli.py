@@ -65,6 +65,7 @@ def run(
     redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
     namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
+    no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -75,6 +76,7 @@ def run(
     overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy,
                                    "recall": recall, "namespace": namespace}.items() if v is not None}
     overrides.update({k: True for k, v in {"remember": remember, "redact": redact}.items() if v})
+    overrides.update({"fast_path": False} if no_fast else {})
     bank = None
     try:
         from amb_dspy.view.trace import TraceWriter, fan_out
@@ -137,7 +139,9 @@ def run(
             console.print(f"[yellow]{notice}[/]", highlight=False)
     for cited in result.citations:
         console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
-    typer.echo(result.answer or "(no answer)")
+    if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
+        console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
+    typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
         _export(bank, export)
         console.print(f"bank exported to {export}")

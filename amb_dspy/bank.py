@@ -27,6 +27,7 @@ from amb_dspy.agents import (
     AgentError,
 )
 from amb_dspy.agents.fallback import POLICIES
+from amb_dspy.answering import EXTRACTIVE_TERMINATION
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
@@ -254,6 +255,7 @@ class MemoryBank(LoopPhases):
             fallbacks=dict(state.fallbacks),
             hops=[hop.model_dump(mode="json") for hop in self.store.hops],
             citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
+            extractive=state.extractive,
             seconds=round(time.monotonic() - started, 3),
         )
 
@@ -348,6 +350,8 @@ class MemoryBank(LoopPhases):
                 self._step(state, executor)
                 self._checkpoint(state)
             self._final_answer(state, executor)
+            if state.extractive:
+                termination = EXTRACTIVE_TERMINATION  # never goal_met: no LM answered
         except LMCallCapReached as exc:
             termination = "lm_call_cap"
             state.errors.append(str(exc))
