@@ -263,7 +263,7 @@ def evaluate(
     dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split), hotpotqa:PATH, or locomo:PATH (a LoCoMo conversation JSON or a folder of them)"),
     n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
-    mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
+    mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call), rag (flat hybrid retrieval into the same <memory> budget, one answer call)"),
     corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     judge_lm: str | None = typer.Option(None, "--judge-lm", help="LoCoMo: an LM that judges each answer correct or not against the gold one (Mem0's J)"),
