@@ -240,7 +240,7 @@ def _run_command(call) -> None:
 
 @app.command()
 def optimize(
-    agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, or all"),
+    agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, answer, or all"),
     train: str = typer.Option("hotpotqa", "--train", help="hotpotqa (Hugging Face) or hotpotqa:PATH (official JSON/JSONL file)"),
     optimizer: str = typer.Option("bootstrap", "--optimizer", help="bootstrap (BootstrapFewShot), mipro (MIPROv2 light), gepa (GEPA light)"),
     n: int | None = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
