@@ -10,7 +10,8 @@
   that cites a node of memory ends the run (termination ``answered_from_memory``, one hop recorded);
   otherwise the verdict, the draft answer and what is missing go into the Insight Doc as a completed
   :data:`~amb_dspy.agents.planning.MEMORY_CHECK_TASK`, and planning and the executor run as without it.
-  Empty memory makes no call.
+  Empty memory makes no call, and a reply that does not parse is not asked again (:func:`one_attempt`):
+  the fast path costs at most one call.
 * **The last answer**: when the executor's final pass gave no answer (and the policy allows a fallback),
   the answer agent answers alone (one output field, read leniently when it does not parse); when even
   that fails and no earlier step answered, the deterministic policy quotes the best evidence line of
@@ -18,6 +19,11 @@
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import dspy
 
 from amb_dspy.agents import MEMORY_CHECK_TASK, AgentError
 from amb_dspy.agents.fallback import POLICIES
@@ -28,6 +34,16 @@ from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskStatus, TaskTyp
 
 FAST_TERMINATION = "answered_from_memory"
 EXTRACTIVE_TERMINATION = "extractive_answer"
+
+
+@contextmanager
+def one_attempt() -> Iterator[None]:
+    """No JSONAdapter retry after a ChatAdapter reply that does not parse: the fast path costs one call at most."""
+    if type(dspy.settings.adapter) is dspy.ChatAdapter:
+        with dspy.context(adapter=dspy.ChatAdapter(use_json_adapter_fallback=False)):
+            yield
+    else:
+        yield
 
 
 class AnswerPhases:
@@ -42,7 +58,7 @@ class AnswerPhases:
         before = self.meter.total()
         output = None
         try:
-            with self.lms.use("answer"):
+            with self.lms.use("answer"), one_attempt():
                 output = self.agents["answer"](task_goal=doc.task_goal, memory=self.memory_adapter.memory_text(doc))
         except Exception as exc:  # noqa: BLE001 - the loop answers instead (the LM-call cap passes through)
             message = str(exc) if isinstance(exc, AgentError) else f"answer agent: {type(exc).__name__}: {one_line(exc)}"

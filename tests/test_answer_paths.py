@@ -137,6 +137,7 @@ def test_a_failing_answer_call_leaves_the_loop_to_answer(config, embedder, bank_
     result = MemoryBank(config, lm=lm, embedder=embedder).run(GOAL, bank=bank_file)
     assert result.termination == "goal_met" and result.answer == "The second Saturday of July"
     assert any("answer agent" in e and "the loop runs" in e for e in result.errors)
+    assert len(lm.calls_for(MEMORY_ANSWER)) == 1  # not asked again in JSON: one call at most
     assert [t["description"] for t in result.insight_doc["completed_tasks"]][0] != MEMORY_CHECK_TASK
 
 
