@@ -5,7 +5,7 @@
 ``lms``, ``meter``, ``config``, ``embedder``, ``_emit``). Both steps ask the one answer agent
 (:mod:`amb_dspy.agents.answer`) over the ``<memory>`` block the adapter writes for the goal.
 
-* **The fast path** (``config.fast_path``, on by default): a run whose memory is not empty once its context
+* **The fast path** (``config.fast_path``, on by default; see :func:`fast_path_on`): a run whose memory is not empty once its context
   is converted (an ingested bank, ``--bank``, a context) asks the answer agent once. A sufficient answer
   that cites a node of memory ends the run (termination ``answered_from_memory``, one hop recorded);
   otherwise the verdict, the draft answer and what is missing go into the Insight Doc as a completed
@@ -27,13 +27,25 @@ import dspy
 
 from amb_dspy.agents import MEMORY_CHECK_TASK, AgentError
 from amb_dspy.agents.fallback import POLICIES
+from amb_dspy.config import AmbConfig
 from amb_dspy.errors import one_line
 from amb_dspy.executor import resolve_node_id
+from amb_dspy.lm import LOCAL_SPEC, is_embedded
 from amb_dspy.run_state import RunState, revised
 from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskStatus, TaskType
 
 FAST_TERMINATION = "answered_from_memory"
 EXTRACTIVE_TERMINATION = "extractive_answer"
+
+
+def fast_path_on(config: AmbConfig, lm: dspy.BaseLM) -> bool:
+    """``config.fast_path`` when set; by default on, except with the heuristic policy (no LM verdict) and with
+    the bundled SmolLM2-135M, which calls memory sufficient whatever it holds (on the demo's notes, which do
+    not name the river the question asks for, 2 verdicts of 2), so the demo would never search."""
+    if config.fast_path is not None:
+        return config.fast_path
+    engine = getattr(lm, "engine", None)
+    return config.policy != "heuristic" and not (is_embedded(lm) and getattr(engine, "gguf", "") == LOCAL_SPEC)
 
 
 @contextmanager
@@ -52,7 +64,7 @@ class AnswerPhases:
     def _answered_from_memory(self, state: RunState) -> bool:
         """The fast path: True when memory sufficed and the run can end with ``state.answer``."""
         doc = self.store.insight_doc
-        if not self.config.fast_path or self.config.policy == "heuristic" or len(self.store.graph) == 0:
+        if not fast_path_on(self.config, self.lms.for_agent("answer")) or len(self.store.graph) == 0:
             return False
         self._emit("answer", state, "from memory first")
         before = self.meter.total()

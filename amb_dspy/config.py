@@ -69,8 +69,9 @@ class AmbConfig(BaseSettings):
     # --- executor ----------------------------------------------------------------------------
     react_max_iters: int = Field(6, ge=1)
     max_context_tokens: int = 32_000
-    fast_path: bool = Field(True, description="when a run starts with memory, answer from it first in one call and "
-                                              "end there if it suffices (AMB_FAST_PATH=0 / --no-fast: off)")
+    fast_path: bool | None = Field(None, description="when a run starts with memory, answer from it first in one call "
+                                   "and end there if it suffices (AMB_FAST_PATH=0 / --no-fast: off); None: on, except "
+                                   "with the bundled 135M model, whose verdicts are not reliable (amb_dspy.answering)")
 
     # --- agent windows and chunking ------------------------------------------------------------
     classification_window: int = 8000

@@ -30,6 +30,7 @@ from typer.testing import CliRunner
 from amb_dspy.agents import MEMORY_CHECK_TASK, AnswerAgent
 from amb_dspy.agents.answer import lenient_answer
 from amb_dspy.agents.fallback import extract_answer
+from amb_dspy.answering import fast_path_on
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from cli import app
@@ -167,6 +168,17 @@ def test_the_fast_path_off_or_without_an_lm_policy_makes_no_answer_call(config, 
 def test_amb_fast_path_0_in_the_environment_turns_it_off(monkeypatch):
     monkeypatch.setenv("AMB_FAST_PATH", "0")
     assert AmbConfig().fast_path is False
+
+
+def test_by_default_the_bundled_135m_model_does_not_judge_memory_unless_asked():
+    from amb_dspy.lm import build_lm
+
+    config = AmbConfig()
+    local = build_lm("local", config)  # the model file is opened on the first call only
+    assert fast_path_on(config, ScriptedLM()) and not fast_path_on(config, local)
+    assert fast_path_on(config.model_copy(update={"fast_path": True}), local)
+    assert not fast_path_on(config.model_copy(update={"fast_path": False}), ScriptedLM())
+    assert not fast_path_on(config.model_copy(update={"policy": "heuristic"}), ScriptedLM())
 
 
 # --- the last answer ------------------------------------------------------------------------------------
