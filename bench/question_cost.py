@@ -160,6 +160,7 @@ def main() -> None:
                         help="shares of questions the scripted answer agent finds memory sufficient for")
     parser.add_argument("--lm", default=None, help="a real LM (local, gguf:PATH, a DSPy model string) instead of the script")
     parser.add_argument("--modes", nargs="+", default=["bank", "rag", "context"])
+    parser.add_argument("--fast-only", action="store_true", help="bank mode without its --no-fast comparison run")
     parser.add_argument("--ingest-policy", choices=["lm", "heuristic", "auto"], default=None,
                         help="the policy that ingests the LoCoMo bank (default: the questions' own); heuristic "
                              "makes no LM call, for a slow real LM")
@@ -180,7 +181,8 @@ def main() -> None:
             for mode in args.modes:
                 if mode != "bank" and label != runs[0][0]:
                     continue  # rag and context do not depend on the scripted share: measured once
-                fast_variants = [True, False] if mode == "bank" and (args.lm or label == runs[-1][0]) else [True]
+                compare = mode == "bank" and not args.fast_only and (args.lm or label == runs[-1][0])
+                fast_variants = [True, False] if compare else [True]
                 for fast in fast_variants:
                     config = base.model_copy(update={"fast_path": fast})
                     tag = label if fast else f"{label} --no-fast"
