@@ -21,6 +21,7 @@ from typing import Any
 import dspy
 
 from amb_dspy.agents import AGENT_CLASSES
+from amb_dspy.answering import EXTRACTIVE_TERMINATION
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, read_tool_record, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
@@ -236,6 +237,7 @@ class MemoryBank(LoopPhases):
             fallbacks=dict(state.fallbacks),
             hops=[hop.model_dump(mode="json") for hop in self.store.hops],
             citations=[self._citation(node_id) for node_id in state.citations if node_id in self.store.graph],
+            extractive=state.extractive,
             seconds=round(time.monotonic() - started, 3),
         )
 
@@ -316,6 +318,8 @@ class MemoryBank(LoopPhases):
             self._final_answer(state, executor)
             if self.tool_journal is not None:  # resumed in the final pass: what it did not ask again is kept
                 keep_unasked(self.tool_journal, self.store, self.tool_cache)
+            if state.extractive:
+                termination = EXTRACTIVE_TERMINATION  # never goal_met: no LM answered
         except LMCallCapReached as exc:
             termination = "lm_call_cap"
             state.errors.append(str(exc))

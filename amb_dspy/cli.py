@@ -67,6 +67,7 @@ def run(
     redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
     namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
+    no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -77,6 +78,7 @@ def run(
     overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy,
                                    "recall": recall, "namespace": namespace}.items() if v is not None}
     overrides.update({k: True for k, v in {"remember": remember, "redact": redact}.items() if v})
+    overrides.update({"fast_path": False} if no_fast else {})
     bank = None
     try:
         from amb_dspy.view.trace import TraceWriter, fan_out
@@ -139,7 +141,9 @@ def run(
             console.print(f"[yellow]{notice}[/]", highlight=False)
     for cited in result.citations:
         console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
-    typer.echo(result.answer or "(no answer)")
+    if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
+        console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
+    typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
         _export(bank, export)
         console.print(f"bank exported to {export}")
@@ -238,7 +242,7 @@ def _run_command(call) -> None:
 
 @app.command()
 def optimize(
-    agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, or all"),
+    agent: str = typer.Option(..., "--agent", help="classification, structure, analysis, integration, planning, answer, or all"),
     train: str = typer.Option("hotpotqa", "--train", help="hotpotqa (Hugging Face) or hotpotqa:PATH (official JSON/JSONL file)"),
     optimizer: str = typer.Option("bootstrap", "--optimizer", help="bootstrap (BootstrapFewShot), mipro (MIPROv2 light), gepa (GEPA light)"),
     n: int | None = typer.Option(None, "--n", min=2, help="HotpotQA items to use, training and held-out together (default: all)"),
@@ -261,7 +265,7 @@ def evaluate(
     dataset: str = typer.Option("hotpotqa", "--dataset", help="hotpotqa (Hugging Face validation split), hotpotqa:PATH, or locomo:PATH (a LoCoMo conversation JSON or a folder of them)"),
     n: int = typer.Option(20, "--n", min=1, help="questions to answer: the first N"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize` (bank mode)"),
-    mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call)"),
+    mode: str = typer.Option("bank", "--mode", help="bank (the memory bank), react (plain dspy.ReAct, no memory), context (one long-context call), rag (flat hybrid retrieval into the same <memory> budget, one answer call)"),
     corpus: bool = typer.Option(False, "--corpus", help="search a local corpus of all the questions' paragraphs instead of giving each its own"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     judge_lm: str | None = typer.Option(None, "--judge-lm", help="LoCoMo: an LM that judges each answer correct or not against the gold one (Mem0's J)"),

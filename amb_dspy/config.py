@@ -14,8 +14,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-AgentName = Literal["classification", "structure", "analysis", "integration", "planning"]
-AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning")
+AgentName = Literal["classification", "structure", "analysis", "integration", "planning", "answer"]
+AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning", "answer")
 
 DEFAULT_LM = "deepseek/deepseek-chat"
 
@@ -75,6 +75,9 @@ class AmbConfig(BaseSettings):
     # --- executor ----------------------------------------------------------------------------
     react_max_iters: int = Field(6, ge=1)
     max_context_tokens: int = 32_000
+    fast_path: bool | None = Field(None, description="when a run starts with memory, answer from it first in one call "
+                                   "and end there if it suffices (AMB_FAST_PATH=0 / --no-fast: off); None: on, except "
+                                   "with the bundled 135M model, whose verdicts are not reliable (amb_dspy.answering)")
 
     # --- agent windows and chunking ------------------------------------------------------------
     classification_window: int = 8000
@@ -82,6 +85,7 @@ class AmbConfig(BaseSettings):
     analysis_window: int = 8000
     integration_window: int = 8000
     planning_window: int = 8000
+    answer_window: int = 8000
     chunk_ratio: float = Field(0.9, gt=0.0, le=1.0)
 
     # --- input limits ------------------------------------------------------------------------

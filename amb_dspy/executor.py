@@ -47,15 +47,6 @@ class ExecuteTaskWithImages(ExecuteTask):
     images: list[dspy.Image] = dspy.InputField(desc="the images the user attached to the task")
 
 
-class AnswerFromMemory(dspy.Signature):
-    """Answer the task goal from the memory notes alone. Reply with the answer only: a short span from
-    the notes (a name, a date, a number, a place), or yes/no for a yes/no question."""
-
-    task_goal: str = dspy.InputField()
-    memory: str = dspy.InputField(desc="notes retrieved from memory for the goal")
-    answer: str = dspy.OutputField(desc="the short answer")
-
-
 @dataclass(frozen=True)
 class ToolCall:
     name: str
@@ -105,14 +96,22 @@ def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
 _CITATION = re.compile(r"\s*\[node[:\s]+([0-9a-f]{6,32})\]", re.IGNORECASE)
 
 
+def resolve_node_id(fragment: str, known_ids: Collection[str]) -> str | None:
+    """The known node id that ``fragment`` (an id or a unique prefix of six or more characters) names."""
+    fragment = fragment.strip().strip("[]").removeprefix("node").strip(" :").lower()
+    if len(fragment) < 6:
+        return None
+    matches = [node_id for node_id in known_ids if node_id.startswith(fragment)]
+    return matches[0] if len(matches) == 1 else None
+
+
 def citations(result: ExecutionResult, known_ids: Collection[str]) -> tuple[str, list[str]]:
     """The answer without its ``[node ID]`` markers, and the ids of the known nodes it rests on: those
     it cites (a unique prefix of six or more characters is enough) and those read with deep_retrieval."""
     cited: list[str] = []
 
     def resolve(fragment: str) -> str | None:
-        matches = [node_id for node_id in known_ids if node_id.startswith(fragment.lower())]
-        return matches[0] if len(matches) == 1 else None
+        return resolve_node_id(fragment, known_ids)
 
     for match in _CITATION.finditer(result.answer):
         node_id = resolve(match.group(1))

@@ -1,5 +1,7 @@
 """The phases of one task's loop (spec §4.1-4.2): initialise, execute a step, answer, plan, stop.
 
+Answering from memory (first, and as the last resort) is :class:`~amb_dspy.answering.AnswerPhases`.
+
 :class:`LoopPhases` is mixed into :class:`~amb_dspy.bank.MemoryBank`; it works on the run's memory
 (``store``, ``memory`` the :class:`~amb_dspy.memory_writer.MemoryWriter`, ``memory_adapter``), its images
 (``images``), LMs (``lms``), ``config``, and the bank's ``_agent`` (call an agent with its LM) and ``_emit``
@@ -16,14 +18,15 @@ import dspy
 
 from amb_dspy.adapter import TaskKind, knowledge_text, recognition_text
 from amb_dspy.agents import answer_from_memory_task
+from amb_dspy.answering import FAST_TERMINATION, AnswerPhases
 from amb_dspy.errors import one_line
-from amb_dspy.executor import AnswerFromMemory, ExecutionResult, Executor, citations
+from amb_dspy.executor import ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.run_state import Conflict, RunState, revised
 from amb_dspy.storage import Hop, HopCall, InsightDoc, QueryGraphNode, TaskStatus
 
 
-class LoopPhases:
+class LoopPhases(AnswerPhases):
     """The steps of :meth:`MemoryBank.run` between setting up a run's memory and reporting its result."""
 
     def _initialise(self, state: RunState, context: str) -> None:
@@ -32,6 +35,8 @@ class LoopPhases:
         failure = ""
         if context.strip():
             new_nodes, failure = self.memory.convert(state, context, {"source": "user_context"})
+        if self._answered_from_memory(state):
+            return
         planned = self._plan(state, new_nodes, report="", failure=failure)
         if (failure or not planned) and not self.store.insight_doc.pending_tasks:
             # Nothing was planned because something failed: the executor still tries, rather than the
@@ -111,6 +116,8 @@ class LoopPhases:
 
     def _final_answer(self, state: RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
+        if state.answered_from_memory:
+            return
         doc = self.store.insight_doc
         final_doc = revised(doc)
         self._emit("answer", state)
@@ -129,22 +136,12 @@ class LoopPhases:
                 state.answer = answer
                 return
         if self.config.policy != "lm":
-            # No tools and one plain field: a step a small model can still answer in.
-            state.answer = self._answer_from_memory(state, final_doc) or state.answer
-
-    def _answer_from_memory(self, state: RunState, doc: InsightDoc) -> str:
-        """The goal answered from <memory> by one ``dspy.Predict`` (counted as the executor's fallback)."""
-        state.fallbacks["executor"] = state.fallbacks.get("executor", 0) + 1
-        try:
-            with self.lms.use("executor"):
-                prediction = dspy.Predict(AnswerFromMemory)(task_goal=doc.task_goal,
-                                                            memory=self.memory_adapter.memory_text(doc))
-        except Exception as exc:  # noqa: BLE001 - the last resort failing leaves the last answer standing
-            state.errors.append(f"answer from memory failed: {type(exc).__name__}: {one_line(exc)}")
-            return ""
-        return str(prediction.answer or "").strip()
+            # No tools and one plain field, then no LM at all: a step a small model can still answer in.
+            self._last_answer(state, final_doc)
 
     def _termination(self, state: RunState) -> str | None:
+        if state.answered_from_memory:
+            return FAST_TERMINATION
         doc = self.store.insight_doc
         if doc.pending_tasks:
             return None

@@ -4,7 +4,9 @@ Modes:
 
 * ``bank`` -- the memory bank: ``MemoryBank(...).run(task=question, context=paragraphs)``;
 * ``react`` -- plain ``dspy.ReAct`` with the same search and visit tools and no memory;
-* ``context`` -- the whole context in one chain-of-thought call (the long-context baseline).
+* ``context`` -- the whole context in one chain-of-thought call (the long-context baseline);
+* ``rag`` -- flat hybrid retrieval of sentences into the bank's ``<memory>`` budget, then the answer
+  agent's signature in one call (:mod:`optimize.rag`).
 
 By default (the distractor setting) a question's own paragraphs are the context it is given: long-document
 QA. With ``corpus=True`` the paragraphs of all the questions become one local search corpus instead, and
@@ -40,7 +42,7 @@ from amb_dspy.tools import SearchTool, VisitTool, build_tools, load_corpus, make
 from optimize.hotpotqa import HotpotQAItem, load_hotpotqa
 from optimize.metrics import answer_exact_match, answer_f1
 
-MODES = ("bank", "react", "context")
+MODES = ("bank", "react", "context", "rag")
 
 
 class EvalError(ValueError):
@@ -125,6 +127,15 @@ class _Solver:
         elif mode == "context":
             self.reader = dspy.ChainOfThought(AnswerFromContext)
 
+    def use_passages(self, items: list[HotpotQAItem]) -> None:
+        """For ``rag``: index the paragraphs of ``items`` once (each question then reads its own, or all of
+        them with a corpus)."""
+        from optimize.rag import FlatRetriever, RagAnswerer, paragraph_units
+
+        units = paragraph_units([p for item in items for p in item.context])
+        self.rag = RagAnswerer(FlatRetriever(units, self.embedder, alpha=self.config.retrieval_alpha), self.config,
+                               self.compiled)
+
     def __call__(self, item: HotpotQAItem) -> str:
         context = item.context_text()
         if self.mode == "bank":
@@ -137,6 +148,8 @@ class _Solver:
             if self.mode == "react":
                 inputs = {"question": item.question} if self.corpus is not None else {"question": item.question, "context": context}
                 return str(self.react(**inputs).answer or "")
+            if self.mode == "rag":
+                return self.rag(item.question, within=None if self.corpus is not None else {p.title for p in item.context})
             return str(self.reader(context=context, question=item.question).answer or "")
 
 
@@ -207,7 +220,7 @@ def run_eval(
 
         read_manifest(compiled)  # a bad directory stops the run before the first question
     items = load_hotpotqa(dataset, split="validation", n=n)
-    needs_embedder = mode == "bank" or corpus or config.corpus is not None
+    needs_embedder = mode in ("bank", "rag") or corpus or config.corpus is not None
     if embedder is None and needs_embedder:
         from amb_dspy.retrieval.embedding import default_embedder
 
@@ -223,6 +236,8 @@ def run_eval(
 
             search_corpus = LocalCorpus.load(write_corpus(items, work_dir), embedder)
         solve = _Solver(mode, lm=lm, config=config, compiled=compiled, corpus=search_corpus, embedder=embedder)
+        if mode == "rag":
+            solve.use_passages(items)
 
         def answer(item: HotpotQAItem) -> QuestionResult:
             prediction, error, usage, seconds = measured(solve, item)

@@ -9,7 +9,9 @@ categories 1-4 is answered
   beside it, so a rerun reuses it and still reports what ingesting cost;
 * ``context`` -- from the whole conversation in one chain-of-thought call (for an LM with a smaller window,
   its most recent turns that fit);
-* ``react`` -- by plain ``dspy.ReAct`` searching the turns as a local corpus (one passage per turn).
+* ``react`` -- by plain ``dspy.ReAct`` searching the turns as a local corpus (one passage per turn);
+* ``rag`` -- the best turns by hybrid score within the bank's ``<memory>`` budget, then the answer agent's
+  signature in one call (:mod:`optimize.rag`).
 
 Scores: the LoCoMo paper's F1 and exact match (:mod:`optimize.locomo`), and with ``judge_lm`` an LLM judge's
 correct/incorrect against the gold answer (Mem0's J). Usage per question as ``optimize.evaluate`` measures it.
@@ -172,6 +174,11 @@ class ConversationSolver:
             corpus = LocalCorpus.load(path, embedder)
             tools = build_tools(search=SearchTool(make_search_backend(config, corpus)), visit=VisitTool(config, corpus=corpus))
             self.react = dspy.ReAct(ResearchQuestion, tools=tools, max_iters=config.react_max_iters)
+        elif mode == "rag":
+            from optimize.rag import FlatRetriever, RagAnswerer, turn_units
+
+            retriever = FlatRetriever(turn_units(conversation.turns), embedder, alpha=config.retrieval_alpha)
+            self.rag = RagAnswerer(retriever, config, compiled)
 
     def __call__(self, question: LoCoMoQuestion) -> str:
         if self.mode == "bank":
@@ -183,6 +190,8 @@ class ConversationSolver:
         with dspy.context(lm=self.lm, adapter=adapter_for(self.lm)):
             if self.mode == "react":
                 return str(self.react(question=question.question).answer or "")
+            if self.mode == "rag":
+                return self.rag(question.question)
             return str(self.reader(conversation=self.text, question=question.question).answer or "")
 
 

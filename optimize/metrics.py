@@ -266,5 +266,6 @@ METRICS: dict[str, AgentMetric] = {
     "analysis": analysis_metric,
     "integration": integration_metric,
     "planning": answer_metric,
+    "answer": answer_metric,
     "all": answer_metric,
 }

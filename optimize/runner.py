@@ -3,8 +3,8 @@
 :func:`optimize_agents` loads the items, splits them into train and held-out dev questions, builds each
 side's examples (:mod:`optimize.trainsets`), scores the program on dev with ``dspy.Evaluate``, compiles
 it with one of DSPy's optimizers, scores it again, and saves the compiled agents with their manifest
-(:mod:`amb_dspy.compiled`). The program is the agent itself for classification, structure, analysis and
-integration; for planning and "all" it is the whole bank (:class:`~amb_dspy.program.MemoryBankQA`) with
+(:mod:`amb_dspy.compiled`). The program is the agent itself for classification, structure, analysis,
+integration and answer; for planning and "all" it is the whole bank (:class:`~amb_dspy.program.MemoryBankQA`) with
 only the compiled agents' predictors exposed.
 
 Optimizers (DSPy's own):

@@ -16,6 +16,9 @@ and whose other fields are what the matching metric in :mod:`optimize.metrics` c
   shuffled so that position tells nothing.
 * integration -- the paragraph and its altered copy are the nodes to merge, the original paragraph is the
   validation result; ``kept`` is the original value and ``dropped`` the altered one.
+* answer -- ``task_goal`` is the question and ``memory`` a ``<memory>`` block of the two gold paragraphs
+  and two distractors in shuffled order, one ``Memory N (node ID):`` group each (an id made from the
+  title), as the adapter writes it; ``answer`` is the gold answer (scored by answer F1).
 * planning and all -- the whole bank answers ``question`` from ``context`` (all paragraphs); ``answer``
   is the gold answer.
 
@@ -25,6 +28,7 @@ Everything is deterministic for a given seed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import random
 import re
 from collections.abc import Callable, Sequence
@@ -268,6 +272,28 @@ def integration_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> l
     return examples
 
 
+MEMORY_DISTRACTORS = 2  # distractor paragraphs beside the gold ones in an answer example's <memory>
+
+
+def memory_block(paragraphs: Sequence[Paragraph]) -> str:
+    """Paragraphs as a ``<memory>`` block of the evidence view: one group per paragraph, its id made from its title."""
+    return "\n\n".join(
+        f"Memory {n} (node {hashlib.sha256(p.title.encode()).hexdigest()[:8]}):\n" + "\n".join(s.strip() for s in p.sentences if s.strip())
+        for n, p in enumerate(paragraphs, 1))
+
+
+def answer_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> list[dspy.Example]:
+    examples = []
+    for item in items:
+        if not item.gold_paragraphs:
+            continue
+        paragraphs = [*item.gold_paragraphs, *item.distractor_paragraphs[:MEMORY_DISTRACTORS]]
+        rng.shuffle(paragraphs)
+        examples.append(dspy.Example(task_goal=item.question, memory=memory_block(paragraphs), answer=item.answer)
+                        .with_inputs("task_goal", "memory"))
+    return examples
+
+
 def bank_examples(items: Sequence[HotpotQAItem], rng: random.Random) -> list[dspy.Example]:
     return [
         dspy.Example(question=item.question, context=item.context_text(), answer=item.answer).with_inputs("question", "context")
@@ -281,6 +307,7 @@ BUILDERS: dict[str, Callable[[Sequence[HotpotQAItem], random.Random], list[dspy.
     "analysis": analysis_examples,
     "integration": integration_examples,
     "planning": bank_examples,
+    "answer": answer_examples,
     "all": bank_examples,
 }
 

@@ -8,6 +8,7 @@ DSPy adapter lists in the system message ("Your output fields are: ..."):
   ``"planning"``) routes that agent's signature;
 * any other key is a comma-separated list of output field names, e.g.
   ``"next_thought,next_tool_name,next_tool_args"`` for a ``dspy.ReAct`` step;
+* ``MEMORY_ANSWER`` and ``SHORT_ANSWER`` route the answer agent's two predictors;
 * ``default=`` answers whatever no key matches (otherwise such a call fails loudly).
 
 The agents' batch signatures (several clusters for structure, several new nodes for analysis) are
@@ -47,6 +48,7 @@ from dspy.lm15 import Message, Response, TextPart, Usage
 
 from amb_dspy.agents.analysis import AnalyzeRelationships
 from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch
+from amb_dspy.agents.answer import AnswerFromMemory
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.agents.classification import ClassifySegments
 from amb_dspy.agents.integration import MergeConflictingNodes
@@ -67,6 +69,10 @@ AGENT_SIGNATURES: dict[str, type[dspy.Signature]] = {
 }
 # batch route -> its single route
 BATCHES: dict[str, str] = {"structure_batch": "structure", "analysis_batch": "analysis"}
+# The answer agent's routes: its answer with the verdict on memory (``respond``), and the answer alone
+# (``short``, the single output field "answer").
+MEMORY_ANSWER = ",".join(AnswerFromMemory.output_fields)
+SHORT_ANSWER = "answer"
 
 _OUTPUT_SECTION = re.compile(r"Your output fields are:\n(.*?)(?:\nAll interactions will be structured|\Z)", re.S)
 _FIELD_LINE = re.compile(r"^\d+\. `(\w+)`", re.M)

@@ -41,9 +41,10 @@ def corpus(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def config(tmp_path: Path, corpus: Path) -> AmbConfig:
-    # The LM path alone: these tests drive its every branch (tests/test_chaos.py covers policy="auto").
+    # The LM path alone: these tests drive its every branch (tests/test_chaos.py covers policy="auto"). They
+    # are about the loop: answering from memory first has its own tests (tests/test_answer_paths.py).
     return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=6,
-                     policy="lm")
+                     policy="lm", fast_path=False)
 
 
 def one_cluster_per_segment(call):

@@ -11,7 +11,7 @@ import threading
 
 import dspy
 import pytest
-from scripted_lm import ScriptedLM
+from scripted_lm import MEMORY_ANSWER, ScriptedLM
 from test_bank import (
     CITY,
     EXTRACT,
@@ -47,6 +47,9 @@ def corpus(tmp_path):
     (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
     (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
     return folder
+
+
+NOT_SUFFICIENT = {"answer": "July?", "cited_node_ids": [], "reason": "the year is not in memory", "sufficient": False}
 
 
 def texts(bank) -> list[str]:
@@ -133,7 +136,8 @@ def test_a_failed_first_plan_is_no_success_the_executor_still_tries(config, embe
 def test_two_banks_sharing_one_lm_count_and_cap_only_their_own_calls(tmp_path, corpus, embedder):
     lm = ScriptedLM(classification=one_cluster_per_segment, structure=compress, analysis=unrelated,
                     planning=lambda call: plans("")[0], **{REACT: lambda call: FINISH,
-                                                           EXTRACT: lambda call: answers("July")[0]})
+                                                           EXTRACT: lambda call: answers("July")[0],
+                                                           MEMORY_ANSWER: lambda call: NOT_SUFFICIENT})
     results = {}
 
     def run(name: str, cap: int) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import dspy
 import pytest
-from scripted_lm import ScriptedLM
+from scripted_lm import MEMORY_ANSWER, ScriptedLM
 
 from amb_dspy.compiled import CompiledError, load_agents, read_manifest
 from amb_dspy.config import AmbConfig
@@ -172,7 +172,8 @@ def answer_from_prompt(items):
 
 def bank_lm(items, *, planning, answer=None, react=None) -> ScriptedLM:
     """A scripted LM for whole bank runs: one cluster per segment, 40% summaries, nothing related, the
-    executor finishing at once, and the final answer read off the question in the prompt."""
+    executor finishing at once, and the final answer read off the question in the prompt. Answering from
+    memory first finds that memory does not suffice, so the whole loop runs."""
 
     def clusters(call):
         count = call.inputs["segments"].count("\n\n[") + 1
@@ -183,7 +184,8 @@ def bank_lm(items, *, planning, answer=None, react=None) -> ScriptedLM:
         classification=clusters, structure=lambda call: {"summary": call.inputs["content"][: len(call.inputs["content"]) * 2 // 5]},
         analysis=lazy, planning=planning,
         **{REACT: react or (lambda call: {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}}),
-           EXTRACT: answer or answer_from_prompt(items)},
+           EXTRACT: answer or answer_from_prompt(items),
+           MEMORY_ANSWER: lambda call: {"answer": "unknown", "cited_node_ids": [], "reason": "not in memory", "sufficient": False}},
     )
 
 
@@ -192,7 +194,7 @@ def test_each_target_exposes_only_its_own_predictors():
     assert [n for n, _ in build_program("analysis", config).named_predictors()] == ["analyze"]
     planning = build_program("planning", config, embedder=object())
     assert [n for n, _ in planning.named_predictors()] == ["trainable['planning'].plan"]
-    assert sorted(planning.agents) == ["analysis", "classification", "integration", "planning", "structure"]
+    assert sorted(planning.agents) == ["analysis", "answer", "classification", "integration", "planning", "structure"]
     everything = build_program("all", config, embedder=object())
     assert sorted(n.split("'")[1] for n, _ in everything.named_predictors()) == sorted(planning.agents)
     copy = everything.deepcopy()
@@ -228,11 +230,11 @@ def test_all_compiles_every_agent_through_the_bank(tmp_path, embedder):
     done = {"executed_status": "success", "executed_context": "the memory answers it", "next_task": ""}
     result = optimize_agents("all", SOURCE, lm=bank_lm(items, planning=lambda call: done), n=3, out=tmp_path,
                              config=AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"), embedder=embedder)
-    names = ["analysis", "classification", "integration", "planning", "structure"]
+    names = ["analysis", "answer", "classification", "integration", "planning", "structure"]
     assert result.agents == names and sorted(read_manifest(tmp_path).agents) == names
     demos = {name: json.loads((tmp_path / f"{name}.json").read_text()) for name in names}
     # agents the bank called got demos from the bootstrapped traces; integration (no conflict) kept its defaults
     assert all(demos[name][predictor]["demos"] for name, predictor in
-               [("classification", "classify"), ("structure", "summarize"), ("planning", "plan")])
+               [("classification", "classify"), ("structure", "summarize"), ("planning", "plan"), ("answer", "respond")])
     assert demos["integration"]["merge"]["demos"] == []
     assert sorted(load_agents(tmp_path)) == names

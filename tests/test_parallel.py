@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-from scripted_lm import ScriptedLM
+from scripted_lm import MEMORY_ANSWER, ScriptedLM
 from test_bank import EXTRACT, FINISH, REACT, compress, one_cluster_per_segment, unrelated
 
 from amb_dspy.bank import MemoryBank
@@ -32,7 +32,10 @@ def lm(delay: float = 0.0, seen: list | None = None):
     return ScriptedLM(classification=slow(one_cluster_per_segment), structure=slow(compress),
                       analysis=slow(unrelated), planning=lambda c: {"executed_status": "success",
                                                                     "executed_context": "", "next_task": ""},
-                      **{REACT: lambda c: FINISH, EXTRACT: lambda c: {"reasoning": "r", "answer": "done"}})
+                      **{REACT: lambda c: FINISH, EXTRACT: lambda c: {"reasoning": "r", "answer": "done"},
+                         # the fast path's verdict: memory does not suffice, so the loop runs
+                         MEMORY_ANSWER: lambda c: {"answer": "", "cited_node_ids": [], "reason": "not in memory",
+                                                   "sufficient": False}})
 
 
 def bank_for(tmp_path, threads, **config):
@@ -85,7 +88,10 @@ def relating_lm():
 
     return ScriptedLM(classification=one_cluster_per_segment, structure=compress, analysis=analysis,
                       planning=lambda c: {"executed_status": "success", "executed_context": "", "next_task": ""},
-                      **{REACT: lambda c: FINISH, EXTRACT: lambda c: {"reasoning": "r", "answer": "done"}})
+                      **{REACT: lambda c: FINISH, EXTRACT: lambda c: {"reasoning": "r", "answer": "done"},
+                         # the fast path's verdict: memory does not suffice, so the loop runs
+                         MEMORY_ANSWER: lambda c: {"answer": "", "cited_node_ids": [], "reason": "not in memory",
+                                                   "sufficient": False}})
 
 
 def test_verdicts_made_ahead_of_time_are_made_again_when_an_earlier_one_changed_the_candidates(tmp_path, embedder):

@@ -1,4 +1,4 @@
-"""The five memory agents, each a small ``dspy.Module`` around one typed ``dspy.Predict``.
+"""The five memory agents and the answer agent, each a small ``dspy.Module`` around one typed ``dspy.Predict``.
 
 Agents take and return pydantic models, never touch storage, and call whatever LM is configured with
 ``dspy.configure`` / ``dspy.context`` (or the ``lm=`` they were built with). Each is built as
@@ -17,6 +17,7 @@ StructureAgent         ``summarize``   SummarizeCluster        1-2 per chunk (0 
 AnalysisAgent          ``analyze``     AnalyzeRelationships    one per candidate group (0 without)
 IntegrationAgent       ``merge``       MergeConflictingNodes   one
 PlanningAgent          ``plan``        PlanNextTask            0 or 1
+AnswerAgent            ``respond``     AnswerFromMemory        one (judge=False: ShortAnswer, not compiled)
 =====================  ==============  ======================  ======================================
 
 Structure and analysis also take a ``batch=`` (several clusters; several new nodes with their
@@ -31,6 +32,7 @@ Prompt sizing and chunking: see :mod:`amb_dspy.agents.base` and :mod:`amb_dspy.a
 """
 
 from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Relationship, RelationshipKind
+from amb_dspy.agents.answer import AnswerAgent, AnswerOutput
 from amb_dspy.agents.base import AgentError, MemoryAgent
 from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, token_counter_for
 from amb_dspy.agents.classification import ClassificationAgent, ClassificationOutput, Cluster
@@ -41,6 +43,7 @@ from amb_dspy.agents.integration import (
     NodeWithNeighbors,
 )
 from amb_dspy.agents.planning import (
+    MEMORY_CHECK_TASK,
     ConflictNotification,
     PlanningAgent,
     PlanningOutput,
@@ -57,6 +60,7 @@ AGENT_CLASSES: dict[str, type[MemoryAgent]] = {
     "analysis": AnalysisAgent,
     "integration": IntegrationAgent,
     "planning": PlanningAgent,
+    "answer": AnswerAgent,
 }
 
 # The predictor attribute of each agent, by agent name (see the table above).
@@ -66,10 +70,11 @@ PREDICTOR_NAMES: dict[str, str] = {
     "analysis": "analyze",
     "integration": "merge",
     "planning": "plan",
+    "answer": "respond",
 }
 
 __all__ = [
-    "AGENT_CLASSES", "AgentError", "AnalysisAgent", "AnalysisOutput", "ClassificationAgent", "ClassificationOutput",
+    "AGENT_CLASSES", "MEMORY_CHECK_TASK", "AgentError", "AnalysisAgent", "AnswerAgent", "AnswerOutput", "AnalysisOutput", "ClassificationAgent", "ClassificationOutput",
     "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent",
     "NeighborInfo", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
     "PlanningOutput", "Relationship", "RelationshipKind", "StructureAgent", "StructureOutput", "TokenCounter",

@@ -60,6 +60,9 @@ def cross_validation_task(conflict: ConflictNotification) -> str:
 
 
 ANSWER_FROM_MEMORY = "Answer the task goal from memory"
+# The completed task the bank records when it asked the answer agent first (amb_dspy.answering): its
+# context holds the verdict, the draft answer and what is missing. It is no execution of the goal.
+MEMORY_CHECK_TASK = "Check whether memory already answers the task goal"
 
 
 def answer_from_memory_task(task_goal: str) -> str:

@@ -22,7 +22,7 @@ class Hop(BaseModel):
 
     loop: int
     task: str
-    kind: str  # NORMAL, CROSS_VALIDATE, IMAGE, or ANSWER for the final pass
+    kind: str  # NORMAL, CROSS_VALIDATE, IMAGE, ANSWER for the final pass, MEMORY for the answer from memory first
     tool_calls: list[HopCall] = Field(default_factory=list)
     answer: str = ""
     success: bool = False

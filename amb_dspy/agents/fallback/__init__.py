@@ -14,6 +14,7 @@ structure                 compress_extractively   best sentences verbatim, 30-50
 analysis                  relate_by_hybrid_score  related above a calibrated hybrid score; no conflict
 integration               keep_both               no merge: ``merged_node`` None, conflict unresolved
 planning                  plan_by_rules           conflict check, else answer from memory once, else stop
+answer                    extract_answer          the best evidence line of <memory> for the goal, cited
 ========================  ======================  ====================================================
 
 One argument is not the agent's own: ``compress_extractively(task_goal=...)``, optional, lets the
@@ -25,6 +26,7 @@ How well they do on HotpotQA: ``bench/heuristic_policy.py``.
 from collections.abc import Callable
 
 from amb_dspy.agents.fallback.analysis import RELATED_THRESHOLD, hybrid_scores, relate_by_hybrid_score
+from amb_dspy.agents.fallback.answer import extract_answer
 from amb_dspy.agents.fallback.classification import classify_by_similarity
 from amb_dspy.agents.fallback.integration import keep_both
 from amb_dspy.agents.fallback.planning import answer_from_memory_task, plan_by_rules
@@ -36,9 +38,10 @@ POLICIES: dict[str, Callable] = {
     "analysis": relate_by_hybrid_score,
     "integration": keep_both,
     "planning": plan_by_rules,
+    "answer": extract_answer,
 }
 
 __all__ = [
-    "POLICIES", "RELATED_THRESHOLD", "answer_from_memory_task", "classify_by_similarity", "compress_extractively",
+    "POLICIES", "RELATED_THRESHOLD", "answer_from_memory_task", "classify_by_similarity", "extract_answer", "compress_extractively",
     "hybrid_scores", "keep_both", "plan_by_rules", "relate_by_hybrid_score",
 ]

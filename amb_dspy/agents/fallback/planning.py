@@ -1,7 +1,8 @@
 """Planning without an LM: three rules over the Insight Doc.
 
 1. A pending conflict gives its cross-validation task (:func:`~amb_dspy.agents.planning.cross_validation_task`).
-2. Else, until one ordinary (non-cross-validation) task has been executed, the next task asks the
+2. Else, until one ordinary (non-cross-validation) task has been executed (the bank's check of whether
+   memory already answers the goal, :data:`~amb_dspy.agents.planning.MEMORY_CHECK_TASK`, is none), the next task asks the
    executor to answer the goal from memory (:func:`~amb_dspy.agents.planning.answer_from_memory_task`). That is "the first loop",
    also when a conflict check had to come first.
 3. Else the plan is finished: no pending task.
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from amb_dspy.agents.analysis import NodeInfo
 from amb_dspy.agents.base import fallback_context
 from amb_dspy.agents.planning import (
+    MEMORY_CHECK_TASK,
     ConflictNotification,
     PlanningAgent,
     PlanningOutput,
@@ -53,7 +55,7 @@ def plan_by_rules(
 
     if conflict is not None:
         pending = [cross_validation_task(conflict)]
-    elif not any(task.type is TaskType.NORMAL for task in completed):
+    elif not any(task.type is TaskType.NORMAL and task.description != MEMORY_CHECK_TASK for task in completed):
         pending = [answer_from_memory_task(insight_doc.task_goal)]
     else:
         pending = []

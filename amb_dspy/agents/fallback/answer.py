@@ -1,0 +1,64 @@
+"""Answering without an LM: the best evidence line of ``<memory>`` for the goal, cited, marked extractive.
+
+``<memory>`` is read as the adapter writes it: groups headed ``Memory N (node ID):`` holding raw source
+lines (the evidence view) or a node's topic, keywords and summary (the summary view). Only lines inside a
+group are candidates, so every answer cites its node (what long-term memory recalled from earlier tasks,
+and the "no memory yet" line, are not this task's evidence). Each candidate line (a long one sentence by
+sentence, keyword lists left out) is scored with the spec's hybrid formula against the
+goal, ``alpha * BM25/max + (1 - alpha) * cosine`` (a :class:`~amb_dspy.retrieval.hybrid.HybridIndex`
+over the lines, the real embedder), and the best one is the answer, citing its group's node.
+
+The answer is never ``sufficient``: it is a quotation for a reader to check, not a judgement.
+"""
+
+from __future__ import annotations
+
+import re
+
+from amb_dspy.agents.answer import AnswerAgent, AnswerOutput
+from amb_dspy.agents.fallback.similarity import embed, embedder_or_default
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.text import split_sentences
+
+_HEADER = re.compile(r"^Memory \d+ \(node ([0-9a-fA-F]{6,32})\):\s*$")
+_LABEL = re.compile(r"^(Topic|Summary):\s*")
+HYBRID_ALPHA = 0.5  # AmbConfig.retrieval_alpha's default, as the memory view ranks lines
+MAX_LINE_CHARS = 400
+
+
+def evidence_lines(memory: str) -> list[tuple[str, str]]:
+    """``(line, node id)`` for each candidate line of a ``<memory>`` block, in its order."""
+    lines: list[tuple[str, str]] = []
+    node = ""
+    for raw in memory.splitlines():
+        line = raw.strip()
+        header = _HEADER.match(line)
+        if header:
+            node = header.group(1)
+            continue
+        if not line:
+            node = ""  # a group ends at a blank line (what follows the last one is no node's)
+            continue
+        if not node or line.startswith("Keywords:"):
+            continue
+        line = _LABEL.sub("", line).lstrip("-* ").strip()
+        pieces = split_sentences(line) if len(line) > MAX_LINE_CHARS else [line]
+        lines += [(piece.strip(), node) for piece in pieces if piece.strip()]
+    return lines
+
+
+def extract_answer(agent: AnswerAgent, embedder: Embedder | None = None, *, task_goal: str, memory: str,
+                   judge: bool = True) -> AnswerOutput:
+    """The line of ``memory`` with the best hybrid score for ``task_goal`` (see module docstring)."""
+    candidates = evidence_lines(memory)
+    if not candidates:
+        return AnswerOutput(answer="", extractive=True, reason="extractive: memory holds no line to quote")
+    embedder = embedder_or_default(embedder)
+    vectors = embed(embedder, [task_goal, *(line for line, _ in candidates)])
+    index = HybridIndex(vectors.shape[1])
+    index.add_many([str(i) for i in range(len(candidates))], [line for line, _ in candidates], vectors[1:])
+    best, score = index.rank(vectors[0], task_goal, k=1, alpha=HYBRID_ALPHA)[0]
+    line, node = candidates[int(best)]
+    return AnswerOutput(answer=line[:MAX_LINE_CHARS], cited_node_ids=[node], extractive=True,
+                        reason=f"extractive: the memory line with the best hybrid score ({score:.2f}) for the goal")
