@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,11 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     headers = [line for line in evidence.split("\n") if line.startswith("Memory ")]
     prefixes = [h.split("(node ")[1].rstrip("):") for h in headers]  # unique id prefixes, as citations take them
     assert headers and all(len([n for n in bank.store.graph.nodes_dict if n.startswith(p)]) == 1 for p in prefixes)
-    assert all(line in text for line in evidence.split("\n") if line and line not in headers)  # raw turns
+    # raw turns, each session's stamp shown once above its turns, relative dates followed by the absolute one
+    undated = [re.sub(r" \((?:the week(?:end)? of )?(?:\d+ )?(?:[A-Z][a-z]+ )?\d{4}\)", "", line)
+               for line in evidence.split("\n") if line and line not in headers]
+    assert all(line in text for line in undated)
+    assert sum(line.startswith("[") for line in undated) < len(undated) / 2
     assert "Lost my job as a banker" in evidence
     summary = MemoryAdapter(bank.store).memory_text(doc)
     assert summary.startswith("Memory 1 (node ") and "Summary: " in summary

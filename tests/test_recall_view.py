@@ -127,3 +127,4 @@ def test_an_empty_store_shows_nothing(embedder, budget):
     view = MemoryView(MemoryStore(embedder, InsightDoc(task_goal="x")))
     assert view.evidence_block("anything", budget) == ("", [])
     assert view.summary_block("anything", budget) == ("", [], [])
+
