@@ -47,7 +47,9 @@ from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-LINE_TOKENS = 400  # a longer line (a long paragraph) is shown sentence by sentence
+# Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
+LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
+NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
 SPREAD_WEIGHT = 0.3
 SPREAD_SEEDS = 1  # the best lines whose terms seed the spreading, beside the question's terms
 SUMMARY_LINES = 3
@@ -119,7 +121,7 @@ class MemoryView:
     """Writes the ``<memory>`` block for a query from ``store`` in one of :data:`VIEWS`."""
 
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
-                 node_weight: float = 0.3, hop_weight: float = 0.5, context_weight: float = 0.3,
+                 node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
                  line_tokens: int = LINE_TOKENS, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:

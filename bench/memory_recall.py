@@ -6,7 +6,7 @@ the ``<memory>`` block the adapter would write is built at budgets of 500, 1,000
 views (``amb_dspy.memory_view``):
 
 * ``summary`` -- the spec's node blocks (topic, keywords, summary), top nodes and their one hop, in rank order;
-* ``evidence`` -- the nodes' raw source lines, ranked by line score + 0.3 x node score;
+* ``evidence`` -- the nodes' raw source lines, ranked as amb_dspy.memory_view ranks them (its defaults);
 * ``flat`` -- no memory: the raw turns (LoCoMo) or sentences (HotpotQA) ranked by the project's hybrid index.
 
 The ``summary`` view shows a node's topic and best lines instead of its summary where the summary does not
@@ -53,7 +53,7 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import LINE_TOKENS, SPREAD_WEIGHT, SUMMARY_LINES, MemoryView
+from amb_dspy.memory_view import CONTEXT_WEIGHT, LINE_TOKENS, NODE_WEIGHT, SPREAD_WEIGHT, SUMMARY_LINES, MemoryView
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 from optimize.hotpotqa import load_hotpotqa
@@ -194,8 +194,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=None, help="questions (LoCoMo) or items (HotpotQA)")
     parser.add_argument("--policy", choices=("heuristic", "lm", "auto"), default="heuristic")
     parser.add_argument("--lm", default=None, help="the memory agents' LM (a DSPy model string, local, gguf:PATH)")
-    parser.add_argument("--node-weight", type=float, default=0.3, help="evidence view: weight of a line's node score")
-    parser.add_argument("--context-weight", type=float, default=0.3,
+    parser.add_argument("--node-weight", type=float, default=NODE_WEIGHT, help="evidence view: weight of a line's node score")
+    parser.add_argument("--context-weight", type=float, default=CONTEXT_WEIGHT,
                         help="evidence view: weight of the best score of the lines beside a line")
     parser.add_argument("--line-tokens", type=int, default=LINE_TOKENS,
                         help="evidence view: lines longer than this are shown sentence by sentence")
