@@ -180,3 +180,16 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
                                                                    "ffff0000aa": "ffff0000"}
     with pytest.raises(ValueError, match="unknown memory view"):
         MemoryAdapter(bank.store, view="raw")
+
+
+def test_a_folder_may_hold_the_authors_locomo10_list_beside_single_conversations(tmp_path):
+    raw = json.loads((DATA / "30.json").read_text())
+    (tmp_path / "locomo10.json").write_text(json.dumps([raw | {"sample_id": "conv-30"}, raw | {"sample_id": "conv-31"}]))
+    (tmp_path / "z-single.json").write_text(json.dumps(raw))
+    loaded = load_locomo(f"locomo:{tmp_path}")
+    assert [c.name for c in loaded] == ["locomo10-conv-30", "locomo10-conv-31", "z-single"]
+    assert len({q.id for c in loaded for q in c.questions}) == 3 * len(loaded[2].questions)
+    assert loaded[0].render() == loaded[2].render()
+    (tmp_path / "broken.json").write_text(json.dumps([{"qa": []}]))
+    with pytest.raises(DatasetError, match="broken.json: not a LoCoMo conversation"):
+        load_locomo(f"locomo:{tmp_path}")
