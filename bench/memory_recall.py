@@ -28,8 +28,9 @@ HotpotQA bridge / comparison), the *answer ceiling* (share of questions whose no
 anywhere in the context: answer recall cannot exceed it), nodes per context and tokens per node, and as
 its last line one JSON object; ``memory_*`` keys are the default view (``AmbConfig().memory_view``).
 
-The figures are the same on every run of the same data: node ids are random, but nothing that is measured
-depends on them (ties are broken by position, a header is costed at its dearest form).
+The figures are the same on every run of the same data (the ``*_seconds`` timings aside): node ids are random,
+but nothing that is measured depends on them (ties are broken by position, a header is costed at its dearest
+form), and agent calls run one at a time (``lm_threads=1``), so texts are embedded in the same batches.
 """
 
 from __future__ import annotations
@@ -221,8 +222,10 @@ def main() -> None:
 
         lm = build_lm(args.lm, AmbConfig())
     with tempfile.TemporaryDirectory(prefix="amb-recall-") as work:
+        # One agent call at a time: concurrent structure calls fill the embedder's cache in a racing order, and a
+        # text's vector differs in the last bits with the batch it was embedded in (reruns differed by ~0.01).
         config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
-                           **({"lm": args.lm} if args.lm else {}), **topic)
+                           lm_threads=1, **({"lm": args.lm} if args.lm else {}), **topic)
         started = time.monotonic()
         weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
                    "spread_weight": args.spread_weight, "summary_lines": args.summary_lines}
