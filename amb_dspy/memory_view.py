@@ -79,10 +79,16 @@ def _header(node_id: str, number: int = 10) -> str:
     return f"Memory {number} (node {node_id}):"
 
 
+def _dearest_id(node_id: str) -> str:
+    """A hex id of the same length that costs the most tokens: digits and letters alternating ("0a0a..."),
+    as a lone digit costs 2 under :func:`estimate_tokens` and a lone letter 1."""
+    return ("0a" * len(node_id))[:len(node_id)]
+
+
 def _header_cost(node_id: str, count: Callable[[str], int]) -> int:
-    """What a header may cost, whatever the letters of the (random) id: the count of an all-digit id of the
-    same length, the dearest hex form, so that the same lines are chosen whatever ids the nodes drew."""
-    return count(_header("0" * len(node_id))) + 2
+    """What a header may cost, whatever the characters of the (random) id: its dearest form's count, so that
+    the same lines are chosen whatever ids the nodes drew."""
+    return count(_header(_dearest_id(node_id))) + 2
 
 
 def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
@@ -295,7 +301,7 @@ class MemoryView:
         for node in ranked:
             number, node_id = len(parts) + 1, short[node.id]
             text = format_node(node, number, node_id)
-            id_cost = self.count("0" * len(node_id)) - self.count(node_id)  # ids are random: cost the dearest form
+            id_cost = self.count(_dearest_id(node_id)) - self.count(node_id)  # ids are random: cost the dearest form
             cost = self.count(text) + 1 + id_cost
             if used + cost <= budget and cost < budget // 2:
                 parts.append(text)
