@@ -128,3 +128,14 @@ def test_an_empty_store_shows_nothing(embedder, budget):
     assert view.evidence_block("anything", budget) == ("", [])
     assert view.summary_block("anything", budget) == ("", [], [])
 
+
+
+def test_a_header_is_never_dearer_than_its_costed_form():
+    """Costing a header at its id's dearest form is what keeps the lines shown independent of the ids drawn."""
+    import uuid
+
+    from amb_dspy.memory_view import _header, _header_cost
+
+    ids = [uuid.uuid4().hex[:length] for length in (8, 9, 32) for _ in range(3000)] + ["0a0a0a0a", "12345678"]
+    assert all(estimate_tokens(_header(i, 10)) + 2 <= _header_cost(i, estimate_tokens) for i in ids)
+    assert _header_cost("abcdef12", estimate_tokens) == _header_cost("01234567", estimate_tokens)
