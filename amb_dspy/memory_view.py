@@ -257,7 +257,7 @@ class MemoryView:
                 if own != stamp:
                     out.append(f"[{own}]")
                 text = text[text.index("]") + 1:].lstrip()
-            stamp = own or None
+            stamp = own or stamp  # a long turn's later sentences carry no stamp: still under the same one
             out.append(text)
         return out
 
@@ -328,7 +328,8 @@ class MemoryView:
         shown = self._fill(ranked, budget, lambda node_id: _header_cost(short[node_id], self.count))
         while True:
             text = self._group(shown, short)
-            if self.count(text) <= budget or not shown:
+            dearest = sum(self.count(_dearest_id(short[n])) - self.count(short[n]) for n in {line.node_id for line in shown})
+            if self.count(text) + dearest <= budget or not shown:
                 return text, shown
             shown = shown[:-1]  # a stamp shown twice in one group: drop the last-ranked line
 
