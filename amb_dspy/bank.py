@@ -25,6 +25,7 @@ from amb_dspy.answering import EXTRACTIVE_TERMINATION
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, read_tool_record, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
+from amb_dspy.dates import resolve_dates
 from amb_dspy.errors import InputError
 from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
@@ -251,7 +252,9 @@ class MemoryBank(LoopPhases):
         state = self._begin(MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}")))
         with self.meter.counting():
             try:
-                self.memory.convert(state, context, {"source": "user_context", "name": name})
+                # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates)
+                self.memory.convert(state, context, {"source": "user_context", "name": name,
+                                                     "dates": [list(d) for d in resolve_dates(context)]})
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
         self._emit("done", state, "ingested")

@@ -87,6 +87,9 @@ class AmbConfig(BaseSettings):
     planning_window: int = 8000
     answer_window: int = 8000
     chunk_ratio: float = Field(0.9, gt=0.0, le=1.0)
+    topic_min_tokens: int = Field(80, ge=1, description="classification: a topic node's smallest size in tokens, "
+                                  "where the text allows (a dialogue's topics never span sessions past it)")
+    topic_max_tokens: int = Field(300, ge=20, description="classification: a topic node's largest size in tokens")
 
     # --- input limits ------------------------------------------------------------------------
     max_context_bytes: int = Field(1_000_000, ge=1, description="largest context a task may bring")

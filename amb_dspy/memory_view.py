@@ -13,6 +13,16 @@ Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
   node, whichever is higher (the graph's one hop), and a share of its neighbours' in the source text
   (an answer is often the turn after the one that matches the question's words).
 
+The evidence view's ranking also spreads over the graph (:mod:`amb_dspy.retrieval.spreading`): lines,
+the nodes that hold them and the rare terms they share form one graph, and a personalized PageRank seeded
+by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
+line that shares only a bridge name with the first still ranks. Lines are shown with their relative dates
+resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest recorded them), and a run of
+lines with one date stamp (``[8 May, 2023] ...``) shows the stamp once.
+
+The summary view shows a node's summary when it fits; when it does not, the node's topic and its
+``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
+
 Both fill the budget in rank order (a piece that does not fit is skipped, smaller ones after it may
 still fit) and say which nodes and spans they showed, for provenance-based recall
 (``bench/memory_recall.py``).
@@ -29,13 +39,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from amb_dspy.agents.chunking import estimate_tokens
+from amb_dspy.dates import resolve_dates, stamp_of
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-LINE_TOKENS = 400  # a longer line (a long paragraph) is shown sentence by sentence
+# Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
+LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
+NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
+SPREAD_WEIGHT = 0.3
+SPREAD_SEEDS = 1  # the best lines whose terms seed the spreading, beside the question's terms
+SUMMARY_LINES = 3
 
 
 @dataclass(frozen=True)
@@ -50,14 +68,28 @@ class Evidence:
     score: float = 0.0
 
 
-def format_node(node: QueryGraphNode, number: int) -> str:
-    return f"Memory {number} (node {node.id}):\nTopic: {node.context}\nKeywords: {', '.join(node.keywords)}\nSummary: {node.summary}"
+def format_node(node: QueryGraphNode, number: int, node_id: str = "") -> str:
+    """The spec's node block; ``node_id``: the id as shown (a unique prefix; the whole id by default)."""
+    return (f"Memory {number} (node {node_id or node.id}):\nTopic: {node.context}\nKeywords: {', '.join(node.keywords)}"
+            f"\nSummary: {node.summary}")
 
 
 def _header(node_id: str, number: int = 10) -> str:
     """A group's header, as the summary view's (the executor cites ``[node ID]``, and citations and
     ``deep_retrieval`` take a unique id prefix); for costing, number 10 is the dearest form up to 99 groups."""
     return f"Memory {number} (node {node_id}):"
+
+
+def _dearest_id(node_id: str) -> str:
+    """A hex id of the same length that costs the most tokens: digits and letters alternating ("0a0a..."),
+    as a lone digit costs 2 under :func:`estimate_tokens` and a lone letter 1."""
+    return ("0a" * len(node_id))[:len(node_id)]
+
+
+def _header_cost(node_id: str, count: Callable[[str], int]) -> int:
+    """What a header may cost, whatever the characters of the (random) id: its dearest form's count, so that
+    the same lines are chosen whatever ids the nodes drew."""
+    return count(_header(_dearest_id(node_id))) + 2
 
 
 def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
@@ -96,7 +128,8 @@ class MemoryView:
     """Writes the ``<memory>`` block for a query from ``store`` in one of :data:`VIEWS`."""
 
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
-                 node_weight: float = 0.3, hop_weight: float = 0.5, context_weight: float = 0.3,
+                 node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
+                 spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
                  line_tokens: int = LINE_TOKENS, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
@@ -104,10 +137,12 @@ class MemoryView:
         # A line's cost is counted once: a block weighs every line of the bank until its budget is full.
         self.node_weight, self.hop_weight, self.line_tokens = node_weight, hop_weight, line_tokens
         self.count = functools.lru_cache(maxsize=100_000)(count)
-        self.context_weight = context_weight
+        self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
+        self.spread_seeds = spread_seeds
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
-        # (graph signature, lines, their index, each line's nodes), rebuilt when the graph's nodes change
-        self._lines: tuple = (None, [], None, [])
+        # (graph signature, lines, their index, each line's nodes, the spreading graph), rebuilt when the graph changes
+        self._lines: tuple = (None, [], None, [], None)
+        self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
 
     # --- ranking -----------------------------------------------------------------------------
     def node_scores(self, query: str, vector: np.ndarray) -> dict[str, float]:
@@ -120,10 +155,11 @@ class MemoryView:
                 scores[neighbour] = max(scores.get(neighbour, 0.0), self.hop_weight * score)
         return scores
 
-    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]]]:
+    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]], SpreadingGraph | None]:
         """The source lines of every node (each line once, with the first node that holds it), their index,
-        and the ids of all the nodes that hold each line."""
-        signature = tuple((node.id, tuple(node.sources)) for node in self.store.graph.nodes_dict.values())
+        the ids of all the nodes that hold each line, and the graph the ranking spreads over."""
+        signature = tuple((node.id, tuple(node.sources), tuple(sorted(node.links)), tuple(node.keywords))
+                          for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
             return self._lines[1:]
         entries, position, lines, holders = self.store.tree.entries, {}, [], []
@@ -141,13 +177,19 @@ class MemoryView:
         new = [line.text for line in lines if line.text not in self._vectors]
         if new:
             self._vectors.update(zip(new, self.store.embedder.embed(new)))
-        index = None
+        index = spreading = None
         if lines:
             index = HybridIndex(self.store.embedder.dim)
             index.add_many([str(i) for i in range(len(lines))], [line.text for line in lines],
                            np.stack([self._vectors[line.text] for line in lines]))
-        self._lines = (signature, lines, index, holders)
-        return lines, index, holders
+            nodes = list(self.store.graph.nodes_dict.values())
+            number = {node.id: i for i, node in enumerate(nodes)}
+            links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
+            spreading = SpreadingGraph([tokenize(line.text) for line in lines],
+                                       [[number[n] for n in held] for held in holders],
+                                       [tokenize(" ".join(node.keywords)) for node in nodes], links)
+        self._lines = (signature, lines, index, holders, spreading)
+        return lines, index, holders, spreading
 
     def ranked_nodes(self, query: str, vector: np.ndarray | None = None) -> list[QueryGraphNode]:
         """All nodes, best first by :meth:`node_scores` (a top node's neighbours follow it in the ranking)."""
@@ -155,22 +197,26 @@ class MemoryView:
             return []
         vector = self.store.embedder.embed([query])[0] if vector is None else vector
         scores = self.node_scores(query, vector)
-        return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], n))]
+        order = {node_id: i for i, node_id in enumerate(self.store.graph.nodes_dict)}  # ids are random: ties by age
+        return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
 
     def ranked_evidence(self, query: str) -> list[Evidence]:
-        """Every source line, best first by ``line score + node_weight x node score``."""
-        lines, index, holders = self._line_index()
+        """Every source line, best first by ``line score + node_weight x node score + context_weight x best
+        neighbour's score + spread_weight x its share of the spreading``."""
+        lines, index, holders, spreading = self._line_index()
         if index is None:
             return []
         vector = self.store.embedder.embed([query])[0]
         nodes = self.node_scores(query, vector)
         own = {int(key): score for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha)}
+        seeds = dict(sorted(own.items(), key=lambda pair: (-pair[1], pair[0]))[:self.spread_seeds])
+        spread = spreading.spread(tokenize(query), seeds) if self.spread_weight else np.zeros(len(lines))
         beside = self._adjacent(lines)
         scored = []
         for i, score in own.items():  # a line shared by several nodes takes the best one's score
             context = max((own.get(j, 0.0) for j in beside[i]), default=0.0)
             scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i])
-                           + self.context_weight * context, i))
+                           + self.context_weight * context + self.spread_weight * float(spread[i]), i))
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
         return [replace(lines[i], score=round(score, 6)) for score, i in scored]
 
@@ -185,35 +231,119 @@ class MemoryView:
                 beside[b].append(a)
         return beside
 
-    # --- the block ---------------------------------------------------------------------------
-    def summary_block(self, query: str, budget: int) -> tuple[str, list[QueryGraphNode]]:
-        """The spec's node blocks in rank order, as many as fit in ``budget`` tokens."""
-        shown, used = [], 0
-        for node in self.ranked_nodes(query):
-            cost = self.count(format_node(node, len(shown) + 1)) + 1
+    # --- showing lines ----------------------------------------------------------------------
+    def _dates_of(self, entry_id: str) -> list[tuple[int, int, str]]:
+        """The entry's relative dates resolved: as ingest recorded them, else worked out now (older banks)."""
+        if entry_id not in self._dates:
+            entry = self.store.tree.entries[entry_id]
+            recorded = entry.metadata.get("dates")
+            self._dates[entry_id] = ([tuple(d) for d in recorded] if recorded is not None
+                                     else resolve_dates(entry.text, str(entry.metadata.get("date", ""))))
+        return self._dates[entry_id]
+
+    def dated(self, line: Evidence) -> str:
+        """The line's text with each relative date followed by its absolute date: "yesterday (7 May 2023)"."""
+        text = line.text
+        for start, end, absolute in reversed(self._dates_of(line.entry_id)):
+            if line.start <= start and end <= line.end:
+                cut = end - line.start
+                text = f"{text[:cut]} ({absolute}){text[cut:]}"
+        return text
+
+    def _render(self, lines: list[Evidence]) -> list[str]:
+        """Lines as shown (text order is the caller's): dated, a run of lines with one stamp under it once."""
+        out, stamp = [], None
+        for line in lines:
+            text = self.dated(line)
+            own = stamp_of(text)
+            if own:
+                if own != stamp:
+                    out.append(f"[{own}]")
+                text = text[text.index("]") + 1:].lstrip()
+            stamp = own or stamp  # a long turn's later sentences carry no stamp: still under the same one
+            out.append(text)
+        return out
+
+    def _cost(self, line: Evidence, stamps: set) -> int:
+        """Tokens a line adds to a group whose shown stamps are ``stamps`` (updated)."""
+        text = self.dated(line)
+        own = stamp_of(text)
+        if not own:
+            return self.count(text) + 1
+        cost = self.count(text[text.index("]") + 1:].lstrip()) + 1
+        if own not in stamps:
+            stamps.add(own)
+            cost += self.count(f"[{own}]") + 1
+        return cost
+
+    def _fill(self, ranked: list[Evidence], budget: int, header: Callable[[str], int]) -> list[Evidence]:
+        """Lines in rank order while they fit, each group's header (``header(node_id)`` tokens) and stamps
+        costed once."""
+        shown, used, stamps = [], 0, {}
+        for line in ranked:
+            fresh = line.node_id not in stamps
+            seen = set(stamps.get(line.node_id, ()))
+            cost = self._cost(line, seen) + (header(line.node_id) if fresh else 0)
             if used + cost <= budget:
-                shown.append(node)
+                shown.append(line)
+                stamps[line.node_id] = seen
                 used += cost
-        return "\n\n".join(format_node(node, i) for i, node in enumerate(shown, 1)), shown
+        return shown
+
+    # --- the block ---------------------------------------------------------------------------
+    def summary_block(self, query: str, budget: int) -> tuple[str, list[QueryGraphNode], list[Evidence]]:
+        """The spec's node blocks in rank order, as many as fit in ``budget`` tokens; a node whose summary does
+        not fit shows its topic and its ``summary_lines`` best lines for the query instead. Returns the text,
+        the nodes shown with their summary, and the lines shown for the others."""
+        ranked = self.ranked_nodes(query)
+        lines_by_node: dict[str, list[Evidence]] = {}
+        for line in self.ranked_evidence(query) if ranked else []:
+            lines_by_node.setdefault(line.node_id, []).append(line)
+        parts, whole, shown_lines, used = [], [], [], 0
+        short = short_ids(list(self.store.graph.nodes_dict))
+        for node in ranked:
+            number, node_id = len(parts) + 1, short[node.id]
+            text = format_node(node, number, node_id)
+            id_cost = self.count(_dearest_id(node_id)) - self.count(node_id)  # ids are random: cost the dearest form
+            cost = self.count(text) + 1 + id_cost
+            if used + cost <= budget and cost < budget // 2:
+                parts.append(text)
+                whole.append(node)
+                used += cost
+                continue
+            head = f"Memory {number} (node {node_id}):\nTopic: {node.context}\nLines:"
+            room = budget - used - self.count(head) - 2 - id_cost
+            best = self._fill(lines_by_node.get(node.id, [])[:self.summary_lines], room, lambda _node: 0)
+            if not best:
+                continue
+            best.sort(key=lambda line: line.start)
+            text = "\n".join([head, *self._render(best)])
+            parts.append(text)
+            shown_lines.extend(best)
+            used += self.count(text) + 2 + id_cost
+        return "\n\n".join(parts), whole, shown_lines
 
     def evidence_block(self, query: str, budget: int) -> tuple[str, list[Evidence]]:
         """Raw source lines in rank order, as many as fit in ``budget`` tokens, grouped under a header per node
         (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
-        shown, used, headed = [], 0, set()
         short = short_ids(list(self.store.graph.nodes_dict))
-        for line in self.ranked_evidence(query):
-            cost = self.count(line.text) + 1 + (0 if line.node_id in headed else self.count(_header(short[line.node_id])) + 2)
-            if used + cost <= budget:
-                shown.append(line)
-                headed.add(line.node_id)
-                used += cost
+        ranked = self.ranked_evidence(query)
+        shown = self._fill(ranked, budget, lambda node_id: _header_cost(short[node_id], self.count))
+        while True:
+            text = self._group(shown, short)
+            dearest = sum(self.count(_dearest_id(short[n])) - self.count(short[n]) for n in {line.node_id for line in shown})
+            if self.count(text) + dearest <= budget or not shown:
+                return text, shown
+            shown = shown[:-1]  # a stamp shown twice in one group: drop the last-ranked line
+
+    def _group(self, shown: list[Evidence], short: dict[str, str]) -> str:
         order = {entry_id: i for i, entry_id in enumerate(self.store.tree.entries)}
-        shown.sort(key=lambda line: (order.get(line.entry_id, 0), line.start))
-        groups: dict[str, list[str]] = {}
-        for line in shown:
-            groups.setdefault(line.node_id, []).append(line.text)
-        blocks = [f"{_header(short[node_id], i)}\n" + "\n".join(texts) for i, (node_id, texts) in enumerate(groups.items(), 1)]
-        return "\n\n".join(blocks), shown
+        groups: dict[str, list[Evidence]] = {}
+        for line in sorted(shown, key=lambda line: (order.get(line.entry_id, 0), line.start)):
+            groups.setdefault(line.node_id, []).append(line)
+        blocks = [f"{_header(short[node_id], i)}\n" + "\n".join(self._render(group))
+                  for i, (node_id, group) in enumerate(groups.items(), 1)]
+        return "\n\n".join(blocks)
 
     def block(self, query: str, budget: int) -> str:
         """The block in this view's form for ``query``, at most ``budget`` tokens."""

@@ -6,8 +6,11 @@ the ``<memory>`` block the adapter would write is built at budgets of 500, 1,000
 views (``amb_dspy.memory_view``):
 
 * ``summary`` -- the spec's node blocks (topic, keywords, summary), top nodes and their one hop, in rank order;
-* ``evidence`` -- the nodes' raw source lines, ranked by line score + 0.3 x node score;
+* ``evidence`` -- the nodes' raw source lines, ranked as amb_dspy.memory_view ranks them (its defaults);
 * ``flat`` -- no memory: the raw turns (LoCoMo) or sentences (HotpotQA) ranked by the project's hybrid index.
+
+The ``summary`` view shows a node's topic and best lines instead of its summary where the summary does not
+fit; its provenance is then those lines.
 
 Two recalls per block: *evidence recall*, the share of the evidence turns / supporting sentences that the
 block covers by provenance (the sources of the nodes shown for ``summary``, the lines shown otherwise; a
@@ -15,10 +18,19 @@ turn counts when any part of it was shown), and *answer recall*, whether the gol
 normalised as ``optimize.metrics.normalize_answer`` does, appears in the block's text. Tokens are
 ``estimate_tokens``'s (a deliberately high estimate).
 
-    python bench/memory_recall.py locomo:PATH|hotpotqa:PATH [--n N] [--policy heuristic|lm|auto] [--lm MODEL]
+    python bench/memory_recall.py locomo:PATH|hotpotqa:PATH [--n N] [--start I] [--policy heuristic|lm|auto]
+                                  [--lm MODEL]
 
-``--n`` limits questions (LoCoMo: over all conversations; HotpotQA: items). Prints a table and, as its last
-line, one JSON object; ``memory_*`` keys are the default view (``AmbConfig().memory_view``).
+PATH for LoCoMo is one conversation's JSON file or a folder of them. ``--n`` limits questions (LoCoMo: over
+all conversations; HotpotQA: items), ``--start`` skips the first HotpotQA items (``--start 150 --n 150``:
+items 150-299). Prints a table, the recalls at 1,000 tokens per question kind (LoCoMo categories 1-4,
+HotpotQA bridge / comparison), the *answer ceiling* (share of questions whose normalised answer appears
+anywhere in the context: answer recall cannot exceed it), nodes per context and tokens per node, and as
+its last line one JSON object; ``memory_*`` keys are the default view (``AmbConfig().memory_view``).
+
+The figures are the same on every run of the same data (the ``*_seconds`` timings aside): node ids are random,
+but nothing that is measured depends on them (ties are broken by position, a header is costed at its dearest
+form), and agent calls run one at a time (``lm_threads=1``), so texts are embedded in the same batches.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -42,14 +55,15 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import LINE_TOKENS, MemoryView
+from amb_dspy.memory_view import CONTEXT_WEIGHT, LINE_TOKENS, NODE_WEIGHT, SPREAD_WEIGHT, SUMMARY_LINES, MemoryView
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 from optimize.hotpotqa import load_hotpotqa
-from optimize.locomo import load_locomo
+from optimize.locomo import CATEGORIES, load_locomo
 from optimize.metrics import normalize_answer
 
 BUDGETS = (500, 1000, 2000)
+_ID = re.compile(r"\(node [0-9a-f]+")  # node ids are random: blocks are costed with their dearest form
 VIEWS = ("summary", "evidence", "flat")
 Span = tuple[int, int]
 
@@ -59,6 +73,7 @@ class Question:
     text: str
     answer: str
     evidence: list[Span]
+    kind: str = ""  # LoCoMo category name, HotpotQA type
 
 
 @dataclass
@@ -75,14 +90,15 @@ def locomo_contexts(source: str, n: int | None) -> list[Context]:
     contexts = []
     for conversation in load_locomo(source, n=n):
         text, spans = conversation.render()
-        questions = [Question(q.question, q.answer, [spans[e] for e in q.evidence]) for q in conversation.questions]
+        questions = [Question(q.question, q.answer, [spans[e] for e in q.evidence], f"{q.category} {CATEGORIES[q.category]}")
+                     for q in conversation.questions]
         contexts.append(Context(conversation.name, text, list(spans.values()), questions))
     return contexts
 
 
-def hotpotqa_contexts(source: str, n: int | None) -> list[Context]:
+def hotpotqa_contexts(source: str, n: int | None, start: int = 0) -> list[Context]:
     contexts = []
-    for item in load_hotpotqa(source, split="validation", n=n):
+    for item in load_hotpotqa(source, split="validation", n=None if n is None else start + n)[start:]:
         text = item.context_text()
         units, by_sentence, offset = [], {}, 0
         for paragraph in item.context:
@@ -96,7 +112,7 @@ def hotpotqa_contexts(source: str, n: int | None) -> list[Context]:
                 units.append((start, offset))
                 by_sentence[(paragraph.title, i)] = (start, offset)
         evidence = [by_sentence[(f.title, f.sent_id)] for f in item.supporting_facts if (f.title, f.sent_id) in by_sentence]
-        contexts.append(Context(item.id, text, units, [Question(item.question, item.answer, evidence)]))
+        contexts.append(Context(item.id, text, units, [Question(item.question, item.answer, evidence, item.type)]))
     return contexts
 
 
@@ -125,32 +141,39 @@ def flat_block(index: HybridIndex, units: list[Span], text: str, query: str, vec
     return "\n".join(text[a:b] for a, b in shown), shown
 
 
-def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: dict, line_tokens: int) -> dict:
+def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: dict) -> dict:
     rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
-    ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": []}
-    context_tokens = []
+    kinds: dict[tuple[str, str], dict[str, list[float]]] = {}  # (kind, view) -> recalls at 1,000 tokens
+    ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": [],
+              "seconds_each": [], "node_tokens": []}
+    context_tokens, ceiling = [], []
     for context in contexts:
         bank = MemoryBank(config, lm=lm, embedder=embedder)
         result = bank.ingest(context.text, context.name)
         ingest["seconds"] += result.seconds
+        ingest["seconds_each"].append(result.seconds)
         ingest["nodes"].append(result.nodes)
         for usage in result.usage.values():
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
         store = bank.store
         entry = next(e for e in store.tree.entries.values() if e.text == context.text)  # offsets are the context's
-        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, line_tokens=line_tokens,
-                          **weights)
+        ingest["node_tokens"].extend(
+            sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)
+            for node in store.graph.nodes_dict.values())
+        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, **weights)
         flat = HybridIndex(embedder.dim)
         flat.add_many([str(i) for i in range(len(context.units))], [context.text[a:b] for a, b in context.units],
                       embedder.embed([context.text[a:b] for a, b in context.units]))
         context_tokens.append(estimate_tokens(context.text))
         for question in context.questions:
+            ceiling.append(answer_shown(question.answer, context.text))
             vector = embedder.embed([question.text])[0]
             for budget in BUDGETS:
-                text, nodes = view.summary_block(question.text, budget)
+                text, nodes, lines = view.summary_block(question.text, budget)
                 spans = [span for node in nodes for source in node.sources if source.entry_id == entry.entry_id
                          for span in source.spans]
+                spans += [(line.start, line.end) for line in lines if line.entry_id == entry.entry_id]
                 blocks = {"summary": (text, spans)}
                 text, lines = view.evidence_block(question.text, budget)
                 blocks["evidence"] = (text, [(line.start, line.end) for line in lines if line.entry_id == entry.entry_id])
@@ -160,8 +183,12 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: d
                     row = rows[(name, budget)]
                     row["recall"].append(covered(question.evidence, shown))
                     row["answer"].append(answer_shown(question.answer, text))
-                    row["tokens"].append(estimate_tokens(text))
-    return {"rows": rows, "ingest": ingest, "context_tokens": context_tokens}
+                    row["tokens"].append(estimate_tokens(_ID.sub(lambda m: f"(node {'0a' * 16}"[:len(m.group(0))], text)))
+                    if budget == 1000:
+                        kind = kinds.setdefault((question.kind, name), {"recall": [], "answer": []})
+                        kind["recall"].append(row["recall"][-1])
+                        kind["answer"].append(row["answer"][-1])
+    return {"rows": rows, "kinds": kinds, "ingest": ingest, "context_tokens": context_tokens, "ceiling": ceiling}
 
 
 def main() -> None:
@@ -170,15 +197,26 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=None, help="questions (LoCoMo) or items (HotpotQA)")
     parser.add_argument("--policy", choices=("heuristic", "lm", "auto"), default="heuristic")
     parser.add_argument("--lm", default=None, help="the memory agents' LM (a DSPy model string, local, gguf:PATH)")
-    parser.add_argument("--node-weight", type=float, default=0.3, help="evidence view: weight of a line's node score")
-    parser.add_argument("--context-weight", type=float, default=0.3,
+    parser.add_argument("--node-weight", type=float, default=NODE_WEIGHT, help="evidence view: weight of a line's node score")
+    parser.add_argument("--context-weight", type=float, default=CONTEXT_WEIGHT,
                         help="evidence view: weight of the best score of the lines beside a line")
     parser.add_argument("--line-tokens", type=int, default=LINE_TOKENS,
                         help="evidence view: lines longer than this are shown sentence by sentence")
+    parser.add_argument("--spread-weight", type=float, default=SPREAD_WEIGHT,
+                        help="evidence view: weight of a line's share of the graph spreading")
+    parser.add_argument("--summary-lines", type=int, default=SUMMARY_LINES,
+                        help="summary view: lines shown for a node whose summary does not fit")
+    parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
+    parser.add_argument("--topic-tokens", default=None, help="MIN:MAX tokens of a topic node (AMB_TOPIC_*_TOKENS)")
     args = parser.parse_args()
 
     kind = args.dataset.partition(":")[0].strip().lower()
-    contexts = (locomo_contexts if kind == "locomo" else hotpotqa_contexts)(args.dataset, args.n)
+    contexts = (locomo_contexts(args.dataset, args.n) if kind == "locomo"
+                else hotpotqa_contexts(args.dataset, args.n, args.start))
+    topic = {}
+    if args.topic_tokens:
+        low, _, high = args.topic_tokens.partition(":")
+        topic = {"topic_min_tokens": int(low), "topic_max_tokens": int(high)}
     embedder = default_embedder()
     lm = None
     if args.lm:
@@ -186,11 +224,14 @@ def main() -> None:
 
         lm = build_lm(args.lm, AmbConfig())
     with tempfile.TemporaryDirectory(prefix="amb-recall-") as work:
+        # One agent call at a time: concurrent structure calls fill the embedder's cache in a racing order, and a
+        # text's vector differs in the last bits with the batch it was embedded in (reruns differed by ~0.01).
         config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
-                           **({"lm": args.lm} if args.lm else {}))
+                           lm_threads=1, **({"lm": args.lm} if args.lm else {}), **topic)
         started = time.monotonic()
-        measured = measure(contexts, config, lm, embedder, {"node_weight": args.node_weight, "context_weight": args.context_weight},
-                           args.line_tokens)
+        weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
+                   "spread_weight": args.spread_weight, "summary_lines": args.summary_lines}
+        measured = measure(contexts, config, lm, embedder, weights)
         seconds = time.monotonic() - started
 
     rows, ingest = measured["rows"], measured["ingest"]
@@ -205,6 +246,19 @@ def main() -> None:
         print(f"{view + ('*' if view == default else ''):<10}{budget:>8}{mean(row['recall']):>17.3f}"
               f"{mean(row['answer']):>15.3f}{mean(row['tokens']):>15.0f}")
     print(f"* the default view (AMB_MEMORY_VIEW={default}); memory_* keys report it")
+    print("at 1000 tokens, by kind: evidence recall / answer recall per view (n)")
+    by_kind = {}
+    for kind in sorted({k for k, _ in measured["kinds"]}):
+        cells = {view: measured["kinds"][(kind, view)] for view in VIEWS}
+        n = len(cells["flat"]["recall"])
+        print(f"  {kind:<14}" + "".join(f"{view:>9} {mean(c['recall']):.3f} / {mean(c['answer']):.3f}"
+                                         for view, c in cells.items()) + f"  ({n})")
+        by_kind[kind] = {"n": n, **{f"{view}_{what}": round(mean(c[key]), 4) for view, c in cells.items()
+                                    for what, key in (("recall", "recall"), ("answer_recall", "answer"))}}
+    node_tokens = ingest["node_tokens"] or [0]
+    print(f"answer ceiling {mean(measured['ceiling']):.3f}; nodes per context {statistics.median(ingest['nodes']):.0f} "
+          f"(median), tokens per node {statistics.median(node_tokens):.0f} median, {max(node_tokens)} max; "
+          f"ingest {max(ingest['seconds_each']):.1f} s at most per context")
     result = {"dataset": args.dataset, "policy": args.policy, "n_questions": n_questions, "default_view": default}
     for prefix, view in (("memory", default), ("summary", "summary"), ("evidence", "evidence"), ("flat", "flat")):
         for budget in BUDGETS:
@@ -215,6 +269,10 @@ def main() -> None:
         "context_tokens_mean": round(mean(measured["context_tokens"]), 1),
         "ingest_seconds": round(ingest["seconds"], 2), "ingest_lm_calls": ingest["calls"],
         "ingest_prompt_tokens": ingest["prompt_tokens"], "ingest_completion_tokens": ingest["completion_tokens"],
+        "answer_ceiling": round(mean(measured["ceiling"]), 4), "by_kind": by_kind,
+        "nodes_per_context_median": statistics.median(ingest["nodes"]),
+        "node_tokens_median": statistics.median(node_tokens), "node_tokens_max": max(node_tokens),
+        "ingest_seconds_max": max(ingest["seconds_each"]),
     })
     print(json.dumps(result))
 

@@ -1,7 +1,8 @@
 """LoCoMo conversations (Maharana et al., ACL 2024): loading, rendering as text, and the paper's answer F1.
 
 A dataset is named the way the CLI takes it: ``locomo:PATH``, where PATH is one conversation's JSON file
-(the authors' ``locomo10`` layout, one object per file) or a folder of them, read in name order.
+(one object per file), the authors' ``locomo10.json`` (a list of conversation objects, each named by its
+``sample_id``), or a folder of such files, read in name order.
 
 * :func:`load_locomo` gives :class:`Conversation` objects holding the turns and the questions of
   categories 1-4 (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop). Category 5 (adversarial: the
@@ -96,8 +97,7 @@ def load_locomo(source: str, *, n: int | None = None) -> list[Conversation]:
     if not root.exists() or not files:
         raise DatasetError(f"{root}: no such file, or no .json conversation in the folder")
     conversations, left = [], n
-    for file in files:
-        conversation = _read_conversation(file)
+    for conversation in (c for file in files for c in _read_file(file)):
         if left is not None:
             conversation.questions = conversation.questions[:left]
             left -= len(conversation.questions)
@@ -110,11 +110,19 @@ def load_locomo(source: str, *, n: int | None = None) -> list[Conversation]:
     return conversations
 
 
-def _read_conversation(path: Path) -> Conversation:
+def _read_file(path: Path) -> list[Conversation]:
+    """The conversation of a one-conversation file, or each of a list of them (``locomo10.json``)."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read a JSON conversation ({type(exc).__name__}: {exc})") from None
+    if isinstance(raw, list) and raw:
+        return [_read_conversation(path, item, f"{path.stem}-{item.get('sample_id', i) if isinstance(item, dict) else i}")
+                for i, item in enumerate(raw)]
+    return [_read_conversation(path, raw, path.stem)]
+
+
+def _read_conversation(path: Path, raw, name: str) -> Conversation:
     raw = raw.get("conversation", raw) | {"qa": raw.get("qa")} if isinstance(raw, dict) else raw
     if not isinstance(raw, dict) or not isinstance(raw.get("qa"), list) or "speaker_a" not in raw:
         raise DatasetError(f"{path}: not a LoCoMo conversation (needs speaker_a, session_N lists and qa)")
@@ -127,13 +135,13 @@ def _read_conversation(path: Path) -> Conversation:
         ]
         known = {turn.dia_id for turn in turns}
         questions = [
-            LoCoMoQuestion(id=f"{path.stem}:{i}", question=q["question"], answer=str(q["answer"]), category=q["category"],
+            LoCoMoQuestion(id=f"{name}:{i}", question=q["question"], answer=str(q["answer"]), category=q["category"],
                            evidence=[e for e in _evidence_ids(q.get("evidence", [])) if e in known])
             for i, q in enumerate(raw["qa"]) if q.get("category") in CATEGORIES and q.get("answer") is not None
         ]
     except (KeyError, TypeError, ValueError) as exc:
         raise DatasetError(f"{path}: not a LoCoMo conversation ({type(exc).__name__}: {exc})") from None
-    return Conversation(name=path.stem, speakers=(raw["speaker_a"], raw.get("speaker_b", "")), turns=turns,
+    return Conversation(name=name, speakers=(raw["speaker_a"], raw.get("speaker_b", "")), turns=turns,
                         questions=questions)
 
 

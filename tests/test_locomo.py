@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -167,7 +168,11 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     headers = [line for line in evidence.split("\n") if line.startswith("Memory ")]
     prefixes = [h.split("(node ")[1].rstrip("):") for h in headers]  # unique id prefixes, as citations take them
     assert headers and all(len([n for n in bank.store.graph.nodes_dict if n.startswith(p)]) == 1 for p in prefixes)
-    assert all(line in text for line in evidence.split("\n") if line and line not in headers)  # raw turns
+    # raw turns, each session's stamp shown once above its turns, relative dates followed by the absolute one
+    undated = [re.sub(r" \((?:the week(?:end)? of )?(?:\d+ )?(?:[A-Z][a-z]+ )?\d{4}\)", "", line)
+               for line in evidence.split("\n") if line and line not in headers]
+    assert all(line in text for line in undated)
+    assert sum(line.startswith("[") for line in undated) < len(undated) / 2
     assert "Lost my job as a banker" in evidence
     summary = MemoryAdapter(bank.store).memory_text(doc)
     assert summary.startswith("Memory 1 (node ") and "Summary: " in summary
@@ -175,3 +180,16 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
                                                                    "ffff0000aa": "ffff0000"}
     with pytest.raises(ValueError, match="unknown memory view"):
         MemoryAdapter(bank.store, view="raw")
+
+
+def test_a_folder_may_hold_the_authors_locomo10_list_beside_single_conversations(tmp_path):
+    raw = json.loads((DATA / "30.json").read_text())
+    (tmp_path / "locomo10.json").write_text(json.dumps([raw | {"sample_id": "conv-30"}, raw | {"sample_id": "conv-31"}]))
+    (tmp_path / "z-single.json").write_text(json.dumps(raw))
+    loaded = load_locomo(f"locomo:{tmp_path}")
+    assert [c.name for c in loaded] == ["locomo10-conv-30", "locomo10-conv-31", "z-single"]
+    assert len({q.id for c in loaded for q in c.questions}) == 3 * len(loaded[2].questions)
+    assert loaded[0].render() == loaded[2].render()
+    (tmp_path / "broken.json").write_text(json.dumps([{"qa": []}]))
+    with pytest.raises(DatasetError, match="broken.json: not a LoCoMo conversation"):
+        load_locomo(f"locomo:{tmp_path}")

@@ -123,12 +123,16 @@ def _fit_pieces(pieces: Sequence[str], max_tokens: int, count: TokenCounter, the
 
 
 def split_long_paragraph(paragraph: str, max_tokens: int, count: TokenCounter) -> list[str]:
-    """``paragraph`` cut into runs of whole sentences of at most ``max_tokens`` each (giant sentences hard-split)."""
+    """``paragraph`` cut into runs of whole lines of at most ``max_tokens`` each (a dialogue's turns, a list's
+    items stay whole), a line over the limit into runs of whole sentences (giant sentences hard-split)."""
     if count(paragraph) <= max_tokens:
         return [paragraph]
-    runs = _fit_pieces(
-        split_sentences(paragraph), max_tokens, count, then=lambda s: hard_split(s, max_tokens, count)
-    )
+
+    def sentences(line: str) -> list[str]:
+        return _fit_pieces(split_sentences(line), max_tokens, count, then=lambda s: hard_split(s, max_tokens, count))
+
+    lines = paragraph.splitlines(keepends=True)
+    runs = _fit_pieces(lines, max_tokens, count, then=sentences) if len(lines) > 1 else sentences(paragraph)
     # Runs are exact slices; the whitespace between them carries nothing.
     return [run.strip() for run in runs if run.strip()]
 
@@ -183,3 +187,31 @@ def chunk_text(text: str, budget: int, count: TokenCounter = estimate_tokens) ->
         return [text.strip()]
     segments = segment(text, budget, count)
     return ["\n\n".join(segments[i] for i in group) for group in pack(segments, budget, count)]
+
+
+_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+
+
+def paragraph_breaks(text: str, spans: Sequence[tuple[int, int]]) -> list[bool]:
+    """For each span of ``text`` (in order), whether a blank line lies between it and the span before: a new
+    paragraph, or in a dialogue a new session."""
+    return [i > 0 and bool(_BLANK_LINE.search(text, spans[i - 1][1], start))
+            for i, (start, _end) in enumerate(spans)]
+
+
+def bounded_runs(members: Sequence[int], sizes: Sequence[int], breaks: Sequence[bool], min_tokens: int,
+                 max_tokens: int, sep_tokens: int = 1) -> list[list[int]]:
+    """``members`` (segment indices, in order) cut into runs of at most ``max_tokens``; a run also ends at a
+    paragraph break (``breaks[i]``: a blank line before segment ``i``) once it holds ``min_tokens``, so a topic
+    never spans a dialogue's sessions unless a session is smaller than that."""
+    runs: list[list[int]] = []
+    size = 0
+    for index in members:
+        crossed = runs and any(breaks[j] for j in range(runs[-1][-1] + 1, index + 1))
+        if runs and size + sep_tokens + sizes[index] <= max_tokens and not (crossed and size >= min_tokens):
+            runs[-1].append(index)
+            size += sep_tokens + sizes[index]
+        else:
+            runs.append([index])
+            size = sizes[index]
+    return runs

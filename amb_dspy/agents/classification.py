@@ -10,6 +10,10 @@ code builds every cluster's ``content`` from the original segments:
 * numbers the LM makes up are dropped and logged;
 * ``should_cluster = false`` gives a single cluster holding every segment.
 
+Topics are bounded in tokens (``AmbConfig.topic_min_tokens`` to ``topic_max_tokens``): a topic the LM makes
+larger is cut, in order, into runs of at most the maximum, and at a paragraph break (in a dialogue, a new
+session) once a run holds the minimum (:func:`~amb_dspy.agents.chunking.bounded_runs`).
+
 Input longer than the window is cut into chunks of whole segments, each classified on its own call,
 and the clusters of all chunks are concatenated (so the output's ``should_cluster`` is simply
 "more than one cluster"). Cluster ids are ``c1, c2, ...`` in order.
@@ -23,7 +27,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
-from amb_dspy.agents.chunking import TokenCounter, pack, segment
+from amb_dspy.agents.chunking import TokenCounter, bounded_runs, pack, paragraph_breaks, segment
 from amb_dspy.config import AmbConfig
 from amb_dspy.parallel import map_in_context
 from amb_dspy.text import locate
@@ -87,6 +91,12 @@ class ClassificationAgent(MemoryAgent):
         self.max_segment_tokens = max_segment_tokens
         self.classify = dspy.Predict(ClassifySegments)
 
+    @property
+    def topic_tokens(self) -> tuple[int, int]:
+        """(smallest, largest) size of a topic in tokens; the largest is never under the smallest."""
+        low, high = self.config.topic_min_tokens, self.config.topic_max_tokens
+        return min(low, high), high
+
     def check_window(self) -> None:
         self.content_budget(self.classify, task_goal="", segments="")
 
@@ -95,7 +105,8 @@ class ClassificationAgent(MemoryAgent):
             return ClassificationOutput(should_cluster=False, clusters=[])
         budget = self.content_budget(self.classify, task_goal=task_goal, segments="")
         number_cost = self.count_tokens("[99999] ")
-        segments = segment(context, min(self.max_segment_tokens, budget - number_cost), self.count_tokens)
+        low, high = self.topic_tokens
+        segments = segment(context, min(self.max_segment_tokens, budget - number_cost, high), self.count_tokens)
         # Pack with global numbers: a chunk's local numbers are never wider, so it can only shrink.
         numbered = [f"[{i}] {s}" for i, s in enumerate(segments, 1)]
         chunks = pack(numbered, budget, self.count_tokens)
@@ -109,6 +120,10 @@ class ClassificationAgent(MemoryAgent):
         if assigned != list(range(len(segments))):
             raise RuntimeError("classification lost or duplicated a segment")  # a bug, never the LM's doing
         spans = locate(context, segments)
+        sizes, breaks = [self.count_tokens(s) for s in segments], paragraph_breaks(context, spans)
+        sep = self.count_tokens("\n\n")
+        groups = [(ctx, kws, run) for ctx, kws, members in groups
+                  for run in bounded_runs(members, sizes, breaks, low, high, sep)]
         clusters = [
             Cluster(
                 cluster_id=f"c{n}",

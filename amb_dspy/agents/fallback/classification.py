@@ -5,8 +5,10 @@ The input is cut exactly as :class:`~amb_dspy.agents.classification.Classificati
 so every segment lands in exactly one cluster and clusters hold the original text.
 
 Grouping walks the segments in order and keeps a segment in the open cluster while its vector stays
-close to the cluster's running centroid and the cluster stays within the agent's window in tokens;
-otherwise a new cluster starts. "Close" is a cosine of at least :data:`SAME_TOPIC_COSINE` (0.6)
+close to the cluster's running centroid and the cluster stays within the agent's topic size
+(``agent.topic_tokens``, ``AMB_TOPIC_MIN_TOKENS`` to ``AMB_TOPIC_MAX_TOKENS``: a cluster under the minimum
+takes the next segment of its paragraph whatever its cosine); otherwise a new cluster starts. A new
+paragraph -- in a dialogue, a new session -- starts a new cluster once the open one holds the minimum. "Close" is a cosine of at least :data:`SAME_TOPIC_COSINE` (0.6)
 between paragraphs, but only :data:`SAME_TOPIC_COSINE_SHORT` (0.35) when the segment or the one before
 it is about a sentence long (under :data:`SHORT_SEGMENT_TOKENS` estimated tokens): sentences of one
 topic embed far less alike than paragraphs do ("He was born in 1950." shares little with the sentence
@@ -39,7 +41,7 @@ from collections import Counter
 import numpy as np
 
 from amb_dspy.agents.base import dedupe, fallback_context, fallback_keywords
-from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, segment, split_sentences
+from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, paragraph_breaks, segment, split_sentences
 from amb_dspy.agents.classification import ClassificationAgent, ClassificationOutput, Cluster
 from amb_dspy.agents.fallback.similarity import centrality, direction, embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
@@ -74,7 +76,8 @@ def classify_by_similarity(
         return ClassificationOutput(should_cluster=False, clusters=[])
     embedder = embedder_or_default(embedder)
     limit = agent.window
-    segments = segment(context, min(agent.max_segment_tokens, limit), agent.count_tokens)
+    low, high = agent.topic_tokens
+    segments = segment(context, min(agent.max_segment_tokens, limit, high), agent.count_tokens)
     sentences = [[s.strip() for s in split_sentences(seg) if s.strip()] or [seg] for seg in segments]
     flat = [s for group in sentences for s in group]
     vectors = embed(embedder, flat)
@@ -82,7 +85,8 @@ def classify_by_similarity(
     segment_vectors = [direction(vectors[starts[i]:starts[i + 1]]) for i in range(len(segments))]
 
     spans = locate(context, segments)
-    groups = _adjacent_groups(segment_vectors, segments, agent.count_tokens, limit)
+    groups = _adjacent_groups(segment_vectors, segments, agent.count_tokens, (low, min(high, limit)),
+                              paragraph_breaks(context, spans))
     texts = ["\n\n".join(segments[i] for i in members) for members in groups]
     keywords = _bm25_keywords(texts)
     clusters = []
@@ -106,10 +110,13 @@ def is_heading(segment: str) -> bool:
     return "\n" not in line and estimate_tokens(line) < SHORT_SEGMENT_TOKENS and not _SENTENCE_END.search(line)
 
 
-def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: TokenCounter, limit: int) -> list[list[int]]:
-    """Segment indices grouped in order (see module docstring): a segment joins the open group when it
-    is close enough to the group's centroid, or the group holds only headings; a heading opens a group.
-    No group goes over ``limit`` tokens."""
+def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: TokenCounter, bounds: tuple[int, int],
+                     breaks: list[bool]) -> list[list[int]]:
+    """Segment indices grouped in order (see module docstring): a segment joins the open group while the group
+    is under ``bounds[0]`` tokens, or when it is close enough to the group's centroid, or the group holds only
+    headings; a heading opens a group, and so does a new paragraph (a dialogue's new session) once the group
+    holds ``bounds[0]`` tokens. No group goes over ``bounds[1]`` tokens."""
+    low, high = bounds
     sep_tokens = count("\n\n")
     short = [estimate_tokens(s) < SHORT_SEGMENT_TOKENS for s in segments]
     heading = [is_heading(s) for s in segments]
@@ -117,11 +124,12 @@ def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: Toke
     total, size = None, 0
     for i, vector in enumerate(vectors):
         tokens = count(segments[i])
-        if groups and size + sep_tokens + tokens <= limit:
+        if groups and size + sep_tokens + tokens <= high:
             threshold = SAME_TOPIC_COSINE_SHORT if short[i] or short[i - 1] else SAME_TOPIC_COSINE
             centroid = total / (np.linalg.norm(total) or 1.0)
             under_headings = all(heading[j] for j in groups[-1])
-            if under_headings or (not heading[i] and float(vector @ centroid) >= threshold):
+            similar = float(vector @ centroid) >= threshold
+            if under_headings or not heading[i] and (similar and size < low if breaks[i] else similar or size < low):
                 groups[-1].append(i)
                 total, size = total + vector, size + sep_tokens + tokens
                 continue

@@ -1,0 +1,141 @@
+"""The memory view of issue 20: ranking that spreads over shared terms to a bridge line, the summary view's
+topic-and-lines form when a summary does not fit, dates shown beside their lines, a stamp shown once per
+run, and the same block on every rendering (issue 24.4). Real embedding model, real store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amb_dspy.agents.chunking import estimate_tokens
+from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory_view import MemoryView
+from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.spreading import SpreadingGraph
+from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
+
+BRIDGE_LINES = [
+    "The Zephyr racing bike is made by Corvex Cycles.",  # matches the question
+    "The Nimbus bike rides well on gravel roads.",
+    "A good bike needs a light frame and strong wheels.",
+    "Racing bikes are ridden in the Tour de France.",
+    "Gothenburg has a large harbour on the west coast.",
+    "Tom Reed sells second-hand bikes at the market.",
+    "Carbon frames make a racing bike lighter.",
+    "Ada Lindqvist started Corvex Cycles in Gothenburg.",  # the answer: shares only the bridge name
+]
+ANSWER = 7
+QUESTION = "Who founded the company that makes the Zephyr racing bike?"
+
+
+def store_of(embedder, groups: list[list[str]], summaries: list[str] | None = None) -> tuple[MemoryStore, str]:
+    """One entry whose lines are ``groups`` (one node per group, its lines as spans), as ingest records it."""
+    text = "\n".join(line for group in groups for line in group)
+    store = MemoryStore(embedder, InsightDoc(task_goal="test"))
+    drafts = [NodeContent(summary=(summaries or [" ".join(g) for g in groups])[i], context=group[0][:60],
+                          keywords=tokenize(" ".join(group))[:4]) for i, group in enumerate(groups)]
+    nodes = store.add_nodes(drafts)
+    spans, cursor = {}, 0
+    for node, group in zip(nodes, groups):
+        spans[node.id] = [(text.index(line, cursor), text.index(line, cursor) + len(line)) for line in group]
+        cursor = spans[node.id][-1][1]
+    store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [n.id for n in nodes], spans=spans)
+    return store, text
+
+
+def test_spreading_reaches_the_bridge_line_that_shares_no_word_with_the_question():
+    graph = SpreadingGraph([tokenize(line) for line in BRIDGE_LINES], [[0]] * len(BRIDGE_LINES), [[]], [], max_df=0.25)
+    spread = graph.spread(tokenize(QUESTION), {0: 1.0})
+    assert spread[0] == 1.0
+    assert spread[ANSWER] > 0 and spread[ANSWER] == max(spread[1:])  # reached through "Corvex Cycles"
+    assert graph.spread(["unknown"], {}).tolist() == [0.0] * len(BRIDGE_LINES)
+
+
+def test_the_view_ranks_the_bridge_line_higher_with_spreading(embedder):
+    store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
+    answer = BRIDGE_LINES[ANSWER]
+    without = [line.text for line in MemoryView(store, spread_weight=0.0).ranked_evidence(QUESTION)]
+    spreading = [line.text for line in MemoryView(store, spread_weight=1.0).ranked_evidence(QUESTION)]
+    assert without.index(answer) > 1
+    assert spreading.index(answer) < without.index(answer)
+    assert spreading.index(answer) <= 1 and spreading[0] == BRIDGE_LINES[0]
+
+
+DIALOGUE = [
+    ["[1:56 pm on 8 May, 2023] Caroline: I went to a support group yesterday.",
+     "[1:56 pm on 8 May, 2023] Melanie: That sounds powerful. How was it?",
+     "[1:56 pm on 8 May, 2023] Caroline: Really moving, everyone shared their stories."],
+    ["[2:10 pm on 20 May, 2023] Melanie: We went camping two years ago at the lake.",
+     "[2:10 pm on 20 May, 2023] Caroline: I love the lake, the pottery class is next month."],
+]
+
+
+def test_evidence_lines_show_resolved_dates_and_each_stamp_once(embedder):
+    store, _ = store_of(embedder, DIALOGUE)
+    text, lines = MemoryView(store).evidence_block("When did Caroline go to the support group?", 1000)
+    assert len(lines) == 5
+    assert "I went to a support group yesterday (7 May 2023)." in text
+    assert "camping two years ago (2021) at the lake" in text and "next month (June 2023)" in text
+    assert text.count("[1:56 pm on 8 May, 2023]") == 1 and text.count("[2:10 pm on 20 May, 2023]") == 1
+    assert "\nCaroline: Really moving" in text
+    assert estimate_tokens(text) <= 1300
+    tight, shown = MemoryView(store).evidence_block("When did Caroline go to the support group?", 60)
+    assert 0 < len(shown) < 5 and estimate_tokens(tight) <= 60
+
+
+def test_the_summary_view_shows_topic_and_best_lines_when_a_summary_does_not_fit(embedder):
+    long_summary = " ".join(["Caroline and Melanie talked about many things that week."] * 40)
+    store, _ = store_of(embedder, DIALOGUE, summaries=[long_summary, long_summary])
+    view = MemoryView(store, summary_lines=1)
+    text, whole, lines = view.summary_block("When did Caroline go to the support group?", 130)
+    assert whole == [] and len(lines) >= 1 and estimate_tokens(text) <= 130
+    assert "Topic: " in text and "Lines:" in text and "Summary:" not in text
+    assert "support group yesterday (7 May 2023)" in text  # the node's best line for the question
+    roomy, whole, _ = view.summary_block("When did Caroline go to the support group?", 5000)
+    assert len(whole) == 2 and "Summary: " in roomy
+
+
+def test_the_same_bank_renders_the_same_blocks_every_time(embedder, tmp_path):
+    store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES] + DIALOGUE)
+    store.export(tmp_path / "bank.json")
+    questions = [QUESTION, "What is next month?", "Where is the harbour?"]
+
+    def render(loaded: MemoryStore) -> list:
+        view = MemoryView(loaded)
+        return [(view.evidence_block(q, budget), view.summary_block(q, budget)[0]) for q in questions
+                for budget in (60, 200, 1000)]
+
+    first = render(MemoryStore.load(tmp_path / "bank.json", embedder))
+    second = render(MemoryStore.load(tmp_path / "bank.json", embedder))
+    assert first == second and any(block[0][1] for block in first)
+    assert render(store) == first
+
+
+def test_lines_are_chosen_the_same_whatever_ids_the_nodes_drew(embedder):
+    """Node ids are random; the lines a view chooses must not depend on them (header costs, ties)."""
+    shown = []
+    for _ in range(2):
+        store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
+        view = MemoryView(store)
+        shown.append([[(line.start, line.end) for line in view.evidence_block(QUESTION, budget)[1]]
+                      for budget in (40, 80, 160)])
+    assert shown[0] == shown[1] and np.all([len(s) for s in shown[0]])
+
+
+@pytest.mark.parametrize("budget", [30, 1000])
+def test_an_empty_store_shows_nothing(embedder, budget):
+    view = MemoryView(MemoryStore(embedder, InsightDoc(task_goal="x")))
+    assert view.evidence_block("anything", budget) == ("", [])
+    assert view.summary_block("anything", budget) == ("", [], [])
+
+
+
+def test_a_header_is_never_dearer_than_its_costed_form():
+    """Costing a header at its id's dearest form is what keeps the lines shown independent of the ids drawn."""
+    import uuid
+
+    from amb_dspy.memory_view import _header, _header_cost
+
+    ids = [uuid.uuid4().hex[:length] for length in (8, 9, 32) for _ in range(3000)] + ["0a0a0a0a", "12345678"]
+    assert all(estimate_tokens(_header(i, 10)) + 2 <= _header_cost(i, estimate_tokens) for i in ids)
+    assert _header_cost("abcdef12", estimate_tokens) == _header_cost("01234567", estimate_tokens)
