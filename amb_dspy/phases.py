@@ -36,7 +36,7 @@ class LoopPhases:
         new_nodes: list[QueryGraphNode] = []
         failure = ""
         if context.strip():
-            new_nodes, failure = self.memory.convert(state, context, {"source": "user_context"})
+            new_nodes, failure, _ = self.memory.convert(state, context, {"source": "user_context"})
         planned = self._plan(state, new_nodes, report="", failure=failure)
         if (failure or not planned) and not self.store.insight_doc.pending_tasks:
             # Nothing was planned because something failed: the executor still tries, rather than the
@@ -71,7 +71,7 @@ class LoopPhases:
             new_nodes, failure = self.memory.resolve_conflict(state, result)
         elif kind is TaskKind.IMAGE:
             attachments = self.images.store_images(state.doc_id)
-            new_nodes, failure = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
+            new_nodes, failure, _ = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
         else:
             state.answer, _ = citations(result, self.store.graph.nodes_dict)
             new_nodes, failure = self._remember(state, result, doc)
@@ -114,12 +114,11 @@ class LoopPhases:
         metadata = {**_tool_metadata(knowledge, doc), "answer": result.answer}
         text = knowledge_text(knowledge)
         converted = self.memory.convert(state, text, metadata)
-        entry = next((e for e in reversed(self.store.tree.entries.values()) if e.text == text), None)
-        if entry is not None and "conversion_failed" not in entry.metadata:
-            self.tool_cache.recorded(knowledge, entry.entry_id)  # a repeat reads its response back from here
+        if converted.remembered is not None:
+            self.tool_cache.recorded(knowledge, converted.remembered.entry_id)  # a repeat reads its response back here
         else:
             self.tool_cache.forget(knowledge)  # not memory yet: a repeat fetches and converts it again
-        return converted
+        return converted.nodes, converted.failure
 
     def _final_answer(self, state: RunState, executor) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
