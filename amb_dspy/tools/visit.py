@@ -22,6 +22,7 @@ import dspy
 import requests
 
 from amb_dspy.errors import one_line
+from amb_dspy.text import is_binary
 from amb_dspy.tools.netguard import FetchGuard, URLRefused, check_url, guarded_session, shown
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
 
@@ -75,14 +76,6 @@ def _content_type(response: requests.Response) -> tuple[str, str | None]:
         if name.strip().lower() == "charset" and value.strip():
             charset = value.strip().strip("\"'")
     return media.strip().lower(), charset
-
-
-def _looks_binary(head: bytes) -> bool:
-    """True for bytes that are not text: a NUL, or more than 10% control bytes other than whitespace."""
-    if b"\x00" in head:
-        return True
-    controls = sum(1 for byte in head if byte < 32 and byte not in b"\t\n\r\f\x0b\x1b" or byte == 127)
-    return controls > len(head) // 10
 
 
 def _decode(body: bytes, charset: str | None) -> str:
@@ -234,10 +227,10 @@ class VisitTool:
         head = body[:2048]
         is_html = media in _HTML_TYPES or (not media and head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")))
         textual = is_html or media.startswith("text/") or media in _TEXT_TYPES or not media
-        if not textual or (not media and _looks_binary(head)):
+        if not textual or (not media and is_binary(body)):
             raise VisitError(f"{shown(url)} is {media or 'binary data'}, not a web page or text; "
                              "visit reads HTML and plain text only")
-        if _looks_binary(head):
+        if is_binary(body):
             raise VisitError(f"{shown(url)} is served as {media} but holds binary data, not text; "
                              "visit reads HTML and plain text only")
         if is_html:
