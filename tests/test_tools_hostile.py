@@ -9,6 +9,7 @@ else is faked: requests, sockets, DNS (``localhost``) and the servers are real.
 
 from __future__ import annotations
 
+import http.client
 import shutil
 import ssl
 import subprocess
@@ -93,8 +94,8 @@ class _Hostile(BaseHTTPRequestHandler):
             time.sleep(0.25)
 
 
-def _serve(host: str, tls: ssl.SSLContext | None = None):
-    httpd = ThreadingHTTPServer((host, 0), _Hostile)
+def _serve(host: str, tls: ssl.SSLContext | None = None, port: int = 0, handler=None):
+    httpd = ThreadingHTTPServer((host, port), handler or _Hostile)
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
@@ -240,12 +241,28 @@ def test_redirects_are_bounded(internal):
     assert len(internal.hits) == 6
 
 
-def test_a_name_that_resolves_elsewhere_at_connection_time_is_refused(internal, monkeypatch):
-    # DNS rebinding: the check is told localhost is a public address, the connection then finds 127.0.0.1.
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])
-    out = _visit(f"http://localhost:{internal.server_address[1]}/secret")
-    assert _refused(out) and "loopback address" in out, out
-    assert internal.hits == []  # refused once connected, before the request was sent
+def test_a_name_is_connected_to_at_the_address_that_was_checked(public, monkeypatch):
+    # DNS rebinding: the name resolves to the public stand-in for the check and to this machine a moment
+    # later, where a server with the secret listens on the same port. The connection goes where the check looked.
+    port = public.server_address[1]
+    try:
+        trap = _serve("127.0.0.1", port=port)
+    except OSError:
+        pytest.skip(f"port {port} is taken on 127.0.0.1")
+    lookups = []
+
+    def rebinding(host, port):
+        lookups.append(host)
+        return ["127.0.0.2"] if len(lookups) == 1 else ["127.0.0.1"]
+
+    monkeypatch.setattr(netguard, "resolve", rebinding)
+    try:
+        out = _visit(f"http://rebind.example:{port}/page")
+    finally:
+        trap.shutdown()
+        trap.server_close()
+    assert "Ordinary public text." in out and SECRET not in out, out
+    assert lookups == ["rebind.example"] and trap.hits == [] and len(public.hits) == 1
 
 
 def test_authorization_stays_with_its_host_across_redirects(public, internal):
@@ -255,6 +272,13 @@ def test_authorization_stays_with_its_host_across_redirects(public, internal):
     assert "Ordinary public text." in out
     assert public.hits[0]["headers"]["Authorization"] == "Bearer jina-secret-key"
     assert "Authorization" not in internal.hits[0]["headers"]
+
+
+def test_a_private_page_is_not_handed_to_a_reader_service_either(public, internal):
+    tool = VisitTool(AmbConfig(jina_api_key="jina-key"), extractor=lambda **_: None, jina_endpoint=_url(public, "/page?u="))
+    out = tool(_url(internal, "/secret"), "x")
+    assert _refused(out) and "Jina" not in out, out  # refused once, with no direct download tried after
+    assert public.hits == [] and internal.hits == []
 
 
 # --- time and size ---------------------------------------------------------------------------------
@@ -344,9 +368,97 @@ def test_https_pages_are_read_and_a_drip_over_tls_is_cut_at_the_deadline(https):
     assert https.done.wait(10) and https.sent < DRIP_BYTES // 4
 
 
-def test_over_https_the_address_is_checked_where_the_connection_lands(https, monkeypatch):
+def test_over_https_the_address_is_checked_where_the_connection_lands(https):
     assert _refused(_visit(_https_url(https, "/page")))
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])  # DNS rebinding, as above
-    out = _visit(f"https://localhost:{https.server_address[1]}/page")
-    assert _refused(out) and "loopback address" in out, out
+    # Used on its own (no check_url, no FetchGuard), a guarded session still checks each connection's
+    # peer, before the TLS handshake.
+    with pytest.raises(netguard.URLRefused, match="loopback address"):
+        netguard.guarded_session().get(f"https://localhost:{https.server_address[1]}/page", timeout=5)
     assert https.hits == []
+
+
+# --- through an HTTP proxy ------------------------------------------------------------------------------
+
+
+class _Forwarder(BaseHTTPRequestHandler):
+    """A minimal HTTP proxy: ``GET http://host:port/path`` is fetched from that server and relayed."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.server.hits.append(self.path)
+        target = urlsplit(self.path)
+        upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=10)
+        upstream.request("GET", target.path + (f"?{target.query}" if target.query else ""),
+                         headers={"Host": target.netloc})
+        response = upstream.getresponse()
+        body = response.read()
+        upstream.close()
+        self.send_response(response.status)
+        for name, value in response.getheaders():
+            if name.lower() not in ("connection", "content-length", "transfer-encoding"):
+                self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def proxy(internal, monkeypatch):
+    """A forwarding proxy on 127.0.0.1, configured the way users do: HTTP_PROXY in the environment."""
+    forwarder = _serve("127.0.0.1", handler=_Forwarder)
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{forwarder.server_address[1]}")
+    yield forwarder
+    forwarder.shutdown()
+    forwarder.server_close()
+
+
+def test_through_a_proxy_a_private_target_is_refused_before_any_request(proxy, internal):
+    out = _visit(_url(internal, "/secret"))
+    assert _refused(out) and "loopback address" in out, out
+    assert proxy.hits == [] and internal.hits == []
+
+
+def test_through_a_proxy_a_private_target_is_read_when_private_urls_are_allowed(proxy, internal, monkeypatch):
+    monkeypatch.setenv("AMB_ALLOW_PRIVATE_URLS", "1")
+    out = VisitTool(AmbConfig(jina_api_key=""), extractor=lambda **_: None)(_url(internal, "/secret"), "x")
+    assert SECRET in out
+    assert proxy.hits == [_url(internal, "/secret")] and [h["path"] for h in internal.hits] == ["/secret"]
+
+
+def test_through_a_proxy_public_pages_are_read_and_redirects_inward_refused(proxy, public, internal):
+    # The connection's peer is the proxy, on 127.0.0.1: the user's choice, so it is not refused.
+    assert "Ordinary public text." in _visit(_url(public, "/page"))
+    out = _visit(_url(public, f"/redirect?to={_url(internal, '/secret')}"))
+    assert _refused(out) and "loopback address" in out, out
+    assert proxy.hits == [_url(public, "/page"), _url(public, f"/redirect?to={_url(internal, '/secret')}")]
+    assert internal.hits == []
+
+
+# --- name lookups under the deadline --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("allow_private", [False, True], ids=["checked-lookup", "connection-lookup"])
+def test_a_slow_name_lookup_cannot_hold_a_visit_past_its_timeout(internal, monkeypatch, allow_private):
+    release, started, finished = threading.Event(), [], []
+
+    def slow(host, port):  # a resolver that answers only when the test lets it
+        started.append(host)
+        release.wait(30)
+        finished.append(host)
+        return ["127.0.0.1"]
+
+    monkeypatch.setattr(netguard, "resolve", slow)
+    url = f"http://slow.example:{internal.server_address[1]}/secret"
+    try:
+        out = _visit(url, allow_private_urls=allow_private, http_timeout_s=1)
+        assert out == f"Error: timed out after 1 s fetching {url}"
+        assert started == ["slow.example"] and finished == []  # visit answered while the lookup still hung
+    finally:
+        release.set()
+    assert internal.hits == []
