@@ -150,7 +150,9 @@ class FetchGuard:
 
     Connections made by a :class:`GuardedAdapter` inside the block are checked against
     ``allow_private`` and watched: at the deadline their sockets are shut down and :attr:`expired`
-    turns true, so the blocked read fails at once and the caller can report a timeout.
+    turns true, so the blocked read fails at once and the caller can report a timeout. Name lookups
+    inside the block (:func:`check_url`'s and the connections') end at the deadline too, and a direct
+    connection goes to the addresses :func:`check_url` checked for its host.
     """
 
     def __init__(self, timeout: float, *, allow_private: bool = False):
