@@ -146,8 +146,6 @@ class MemoryBank(LoopPhases):
             deep_retrieval=DeepRetrievalTool(self.store, self.config.storage_dir),
             max_observation_chars=self.config.max_observation_chars,
         )
-        self.tool_cache = ToolCache(self.store, enabled=self.config.tool_cache,
-                                    max_observation_chars=self.config.max_observation_chars)
         resumed, self._resumed_tools = self._resumed_tools or {}, None
         self.tool_cache.restore(resumed.get("cache", ()))
         self.tool_journal = None

@@ -22,8 +22,6 @@ when read. They are never written here, and read only when the caller passes ``a
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -32,6 +30,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from amb_dspy.compiled_state import checked_state
 from amb_dspy.errors import one_line
+from amb_dspy.files import PRIVATE_MODE, new_temp_beside, replace_with
 
 if TYPE_CHECKING:
     import dspy
@@ -256,21 +255,19 @@ def save_agents(directory: str | Path, modules: dict[str, dspy.Module], records:
     try:
         for name, module in modules.items():
             target = directory / f"{name}.json"
-            handle, temp = tempfile.mkstemp(prefix=f".{name}.", suffix=".json", dir=directory)
-            os.close(handle)
-            staged.append((Path(temp), target))
-            module.save(temp)
+            temp = new_temp_beside(target, mode=PRIVATE_MODE, suffix=".json")  # Module.save reads the suffix
+            staged.append((temp, target))
+            module.save(str(temp))
             record = records.get(name) or AgentRecord(file=target.name, predictors=[])
             entries[name] = record.model_copy(
                 update={"file": target.name, "predictors": sorted(n for n, _ in module.named_predictors())}
             )
         manifest = Manifest.current(entries)
-        handle, temp = tempfile.mkstemp(prefix=".manifest.", suffix=".json", dir=directory)
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(manifest.model_dump_json(indent=2) + "\n")
-        staged.append((Path(temp), directory / MANIFEST_FILE))
+        temp = new_temp_beside(directory / MANIFEST_FILE, mode=PRIVATE_MODE, suffix=".json")
+        staged.append((temp, directory / MANIFEST_FILE))
+        temp.write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
         for temp, target in staged:
-            os.replace(temp, target)
+            replace_with(temp, target)
     finally:
         for temp, _ in staged:
             temp.unlink(missing_ok=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from amb_dspy.errors import InputError
+from amb_dspy.files import write_atomically
 from amb_dspy.storage import Attachment, AttachmentType
 
 # Pillow's names of the formats accepted as images, and the file suffix each is stored with.
@@ -89,7 +90,7 @@ class ImageStager:
         for i, (path, fmt, data) in enumerate(checked):
             folder.mkdir(parents=True, exist_ok=True)
             target = folder / f"{i:03d}-{path.name}"
-            target.write_bytes(data)  # the bytes that were checked
+            write_atomically(target, data)  # the bytes that were checked
             staged.append(StagedImage(original_name=path.name, temp_path=target, format=fmt))
         if staged:
             self._staged.setdefault(doc_id, []).extend(staged)

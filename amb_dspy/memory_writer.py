@@ -9,7 +9,7 @@ carries the conflict queue and the errors, and every agent is called through the
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from amb_dspy.adapter import validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
@@ -27,6 +27,20 @@ def node_info(node: QueryGraphNode, with_id: bool = True) -> NodeInfo:
     return NodeInfo(id=node.id if with_id else None, summary=node.summary, context=node.context, keywords=list(node.keywords))
 
 
+class Conversion(NamedTuple):
+    """What memory conversion did: the new nodes, a failure reason ("" on success; a failed analysis leaves
+    the nodes in place) and the entry that holds the text (None when there was nothing to keep)."""
+
+    nodes: list[QueryGraphNode]
+    failure: str
+    entry: InteractionEntry | None
+
+    @property
+    def remembered(self) -> InteractionEntry | None:
+        """The entry, when the text became memory rather than being kept raw after a failure."""
+        return self.entry if self.entry is not None and "conversion_failed" not in self.entry.metadata else None
+
+
 class MemoryWriter:
     """Writes one run's findings into its store through the memory agents."""
 
@@ -38,11 +52,11 @@ class MemoryWriter:
 
     # --- memory conversion (§4.3) ------------------------------------------------------------
     def convert(self, state: RunState, text: str, metadata: dict[str, Any],
-                 attachments: list = ()) -> tuple[list[QueryGraphNode], str]:
+                 attachments: list = ()) -> Conversion:
         """Turn text into nodes (classification -> structure -> add -> retrieve -> analysis) and an entry.
 
-        Returns the new nodes and a failure reason ("" on success). If classification or structure
-        fails, no node is added, but the text is still kept as an interaction entry.
+        If classification or structure fails, no node is added, but the text is still kept as an
+        interaction entry (marked ``conversion_failed``).
         """
         goal = self.store.insight_doc.task_goal
         self._emit("memorise", state)
@@ -56,20 +70,19 @@ class MemoryWriter:
                       for c, s in zip(clusters, structured)]
         except AgentError as exc:
             state.errors.append(str(exc))
-            self.keep_raw(text, metadata, str(exc), attachments)
-            return [], str(exc)
+            return Conversion([], str(exc), self.keep_raw(text, metadata, str(exc), attachments))
         except LMCallCapReached as exc:  # the run stops, the text stays
             self.keep_raw(text, metadata, str(exc), attachments)
             raise
         with self.store.transaction():
             nodes = self.store.add_nodes(drafts)
-            self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
+            entry = self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
                                     [n.id for n in nodes],
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         # Clusters are analysed in order, as if added one by one: each node sees the graph as the verdicts on
         # the nodes before it left it, and never the nodes after it.
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        return nodes, self._analyse_in_order(state, nodes, exclusions)
+        return Conversion(nodes, self._analyse_in_order(state, nodes, exclusions), entry)
 
     def _analyse_in_order(self, state: RunState, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> str:
         """:meth:`analyse` of each node in turn, with verdicts made ahead where they still apply.
@@ -132,11 +145,13 @@ class MemoryWriter:
         return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
                                             exclude=exclude)
 
-    def keep_raw(self, text: str, metadata: dict[str, Any], reason: str, attachments: list = ()) -> None:
+    def keep_raw(self, text: str, metadata: dict[str, Any], reason: str,
+                 attachments: list = ()) -> InteractionEntry | None:
         """Record ``text`` as an entry that became no node, saying why, so no response is ever lost."""
-        if text.strip() or attachments:
-            self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
-                                                     attachments=tuple(attachments)))
+        if not (text.strip() or attachments):
+            return None
+        return self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
+                                                        attachments=tuple(attachments)))
 
     def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
         """Relate a node to what retrieval finds for it; returns a failure reason or ""."""

@@ -34,7 +34,7 @@ class LoopPhases(AnswerPhases):
         new_nodes: list[QueryGraphNode] = []
         failure = ""
         if context.strip():
-            new_nodes, failure = self.memory.convert(state, context, {"source": "user_context"})
+            new_nodes, failure, _ = self.memory.convert(state, context, {"source": "user_context"})
         if self._answered_from_memory(state):
             return
         planned = self._plan(state, new_nodes, report="", failure=failure)
@@ -71,7 +71,7 @@ class LoopPhases(AnswerPhases):
             new_nodes, failure = self.memory.resolve_conflict(state, result)
         elif kind is TaskKind.IMAGE:
             attachments = self.images.store_images(state.doc_id)
-            new_nodes, failure = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
+            new_nodes, failure, _ = self.memory.convert(state, recognition_text(doc.task_goal, result.answer), {"source": "image_recognition"}, attachments)
         else:
             state.answer, _ = citations(result, self.store.graph.nodes_dict)
             new_nodes, failure = self._remember(state, result, doc)

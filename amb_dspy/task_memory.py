@@ -104,12 +104,11 @@ class TaskMemory:
         the entry that records them (see :mod:`amb_dspy.tool_cache`)."""
         text = knowledge_text(calls)
         converted = self.memory.convert(self.state, text, metadata)
-        entry = next((e for e in reversed(self.store.tree.entries.values()) if e.text == text), None)
-        if entry is not None and "conversion_failed" not in entry.metadata:
-            self.tool_cache.recorded(calls, entry.entry_id)  # a repeat reads its response back from here
+        if converted.remembered is not None:
+            self.tool_cache.recorded(calls, converted.remembered.entry_id)  # a repeat reads its response back here
         else:
             self.tool_cache.forget(calls)  # not memory yet: a repeat fetches and converts it again
-        return converted
+        return converted.nodes, converted.failure
 
     def prompt(self, doc: InsightDoc, budget: int | None = None) -> str:
         """``<task>`` (with what this task already fetched) and ``<memory>`` for ``doc``'s pending task."""

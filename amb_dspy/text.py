@@ -38,6 +38,15 @@ def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:
     return spans
 
 
+# Bytes no text holds: C0 controls other than whitespace and ESC (ANSI colours in logs), and DEL.
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\x0b\x1b") + b"\x7f"
+
+
 def is_binary(data: bytes) -> bool:
-    """A NUL byte in the first 8 KB: what git and grep take for binary data (UTF-16 text included)."""
-    return b"\x00" in data[:8192]
+    """Binary data, not text, judged on the first 8 KB: a NUL byte (what git and grep go by; UTF-16 text
+    included), or more than 10% control bytes, which no text encoding produces."""
+    head = data[:8192]
+    if b"\x00" in head:
+        return True
+    controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
+    return controls > len(head) // 10

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +33,7 @@ from amb_dspy.agents.chunking import token_counter_for
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import one_line
+from amb_dspy.files import write_atomically
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import adapter_for, prompt_budget
 from amb_dspy.tools import SearchTool, VisitTool, build_tools, make_search_backend
@@ -132,12 +132,8 @@ def cached_bank(conversation: Conversation, *, config: AmbConfig, lm: Any, lm_na
     result = bank.ingest(conversation.text(), conversation.name)
     usage = {f: sum(u[f] for u in result.usage.values()) for f in ("calls", "prompt_tokens", "completion_tokens")}
     cost = IngestCost(conversation=conversation.name, nodes=result.nodes, seconds=result.seconds, cached=False, **usage)
-    folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as scratch:
-        bank.export(Path(scratch) / "bank.json")
-        (Path(scratch) / "cost.json").write_text(cost.model_dump_json(), encoding="utf-8")
-        os.replace(Path(scratch) / "bank.json", bank_path)
-        os.replace(Path(scratch) / "cost.json", cost_path)
+    bank.export(bank_path)  # atomic; the cost file, read only beside a bank, comes second
+    write_atomically(cost_path, cost.model_dump_json())
     return bank.store, cost
 
 

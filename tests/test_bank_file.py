@@ -191,17 +191,16 @@ def test_load_bank_checks_the_dimension_the_embedder_gives(tmp_path, store):
 
 
 def test_a_failed_export_leaves_the_previous_file_and_no_temporary_file(tmp_path, store, monkeypatch):
-    import amb_dspy.storage.bank_file as bank_file
+    import amb_dspy.files as files
 
     path = tmp_path / "bank.json"
     store.export(path)
     good_bytes = path.read_bytes()
 
-    def dump_half_then_fail(payload, handle, **kwargs):
-        handle.write('{"format": "amb-dspy-bank", "schema')
+    def full_disk(fd):  # a file system with delayed allocation reports a full disk when the data is flushed
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(bank_file.json, "dump", dump_half_then_fail)
+    monkeypatch.setattr(files.os, "fsync", full_disk)
     with pytest.raises(OSError, match="No space left"):
         store.export(path)
     assert path.read_bytes() == good_bytes

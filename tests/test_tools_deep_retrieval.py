@@ -178,3 +178,14 @@ def test_a_huge_attachment_is_sized_up_before_it_is_read(store, storage):
     assert binary["error"] == "binary file of 300000000 bytes left out: over the 16000-character limit"
     assert text["encoding"] == "text" and text["file_content"].startswith("The gauge read 5.2 m")
     assert len(text["file_content"]) < 16_100 and text["note"] == "only the first 64004 of 7200000 bytes were read"
+
+
+def test_a_file_of_control_bytes_is_binary_for_deep_retrieval_as_for_visit(store, storage):
+    # No NUL byte, but no text either: the one binary check (amb_dspy.text.is_binary) says so for both tools.
+    blob = bytes(range(1, 32)) * 8 + b"\x7f" * 40
+    (storage / "doc1" / "attachments" / "dump.log").write_bytes(blob)
+    node = _node(store, "instrument dump")
+    _entry(store, "the logger's dump", [node.id], [Attachment(type=AttachmentType.DOCUMENT,
+                                                             content="doc1/attachments/dump.log")])
+    attachment = json.loads(DeepRetrievalTool(store, storage)(node.id))["entries"][0]["attachments"][0]
+    assert attachment["encoding"] == "base64" and base64.b64decode(attachment["file_content"]) == blob

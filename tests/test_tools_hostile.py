@@ -93,8 +93,8 @@ class _Hostile(BaseHTTPRequestHandler):
             time.sleep(0.25)
 
 
-def _serve(host: str, tls: ssl.SSLContext | None = None):
-    httpd = ThreadingHTTPServer((host, 0), _Hostile)
+def _serve(host: str, tls: ssl.SSLContext | None = None, port: int = 0, handler=None):
+    httpd = ThreadingHTTPServer((host, port), handler or _Hostile)
     if tls is not None:
         httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     httpd.daemon_threads = True
@@ -240,12 +240,28 @@ def test_redirects_are_bounded(internal):
     assert len(internal.hits) == 6
 
 
-def test_a_name_that_resolves_elsewhere_at_connection_time_is_refused(internal, monkeypatch):
-    # DNS rebinding: the check is told localhost is a public address, the connection then finds 127.0.0.1.
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])
-    out = _visit(f"http://localhost:{internal.server_address[1]}/secret")
-    assert _refused(out) and "loopback address" in out, out
-    assert internal.hits == []  # refused once connected, before the request was sent
+def test_a_name_is_connected_to_at_the_address_that_was_checked(public, monkeypatch):
+    # DNS rebinding: the name resolves to the public stand-in for the check and to this machine a moment
+    # later, where a server with the secret listens on the same port. The connection goes where the check looked.
+    port = public.server_address[1]
+    try:
+        trap = _serve("127.0.0.1", port=port)
+    except OSError:
+        pytest.skip(f"port {port} is taken on 127.0.0.1")
+    lookups = []
+
+    def rebinding(host, port):
+        lookups.append(host)
+        return ["127.0.0.2"] if len(lookups) == 1 else ["127.0.0.1"]
+
+    monkeypatch.setattr(netguard, "resolve", rebinding)
+    try:
+        out = _visit(f"http://rebind.example:{port}/page")
+    finally:
+        trap.shutdown()
+        trap.server_close()
+    assert "Ordinary public text." in out and SECRET not in out, out
+    assert lookups == ["rebind.example"] and trap.hits == [] and len(public.hits) == 1
 
 
 def test_authorization_stays_with_its_host_across_redirects(public, internal):
@@ -344,9 +360,11 @@ def test_https_pages_are_read_and_a_drip_over_tls_is_cut_at_the_deadline(https):
     assert https.done.wait(10) and https.sent < DRIP_BYTES // 4
 
 
-def test_over_https_the_address_is_checked_where_the_connection_lands(https, monkeypatch):
+def test_over_https_the_address_is_checked_where_the_connection_lands(https):
     assert _refused(_visit(_https_url(https, "/page")))
-    monkeypatch.setattr(netguard, "resolve", lambda host, port: ["93.184.216.34"])  # DNS rebinding, as above
-    out = _visit(f"https://localhost:{https.server_address[1]}/page")
-    assert _refused(out) and "loopback address" in out, out
+    # Used on its own (no check_url, no FetchGuard), a guarded session still checks each connection's
+    # peer, before the TLS handshake.
+    with pytest.raises(netguard.URLRefused, match="loopback address"):
+        netguard.guarded_session().get(f"https://localhost:{https.server_address[1]}/page", timeout=5)
     assert https.hits == []
+

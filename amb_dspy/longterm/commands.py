@@ -7,13 +7,13 @@ print. Problems raise :class:`~amb_dspy.longterm.base.LongTermError` subclasses 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from amb_dspy.config import AmbConfig
+from amb_dspy.files import write_atomically
 from amb_dspy.longterm.base import LongTermStore, MemoryItem
 from amb_dspy.longterm.errors import LongTermInputError
 from amb_dspy.longterm.registry import open_store
@@ -98,13 +98,9 @@ def export_items(config: AmbConfig, namespace: str, out: Path | None = None) -> 
     out = Path(out)
     if out.is_dir():
         raise LongTermInputError(f"export target {out} is a folder, not a file")
-    partial = out.with_name(f".{out.name}.partial")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(document + "\n", encoding="utf-8")
-        os.replace(partial, out)
+        write_atomically(out, document + "\n")
     except OSError as exc:
-        partial.unlink(missing_ok=True)
         raise LongTermInputError(f"cannot write {out}: {exc.strerror or exc}") from None
     return [f"exported {len(items)} item(s) and {len(audit)} audit row(s) of namespace {namespace!r} to {out}"]
 

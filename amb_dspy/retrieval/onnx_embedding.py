@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import sys
 import threading
 import warnings
@@ -26,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
+from amb_dspy.files import new_temp_beside, replace_with
 from amb_dspy.notices import Notify, notice
-from amb_dspy.retrieval.embedding import (
+from amb_dspy.retrieval.embedding_base import (
     CachingEmbedder,
     EmbeddingError,
     bundled_minilm_dir,
@@ -82,7 +82,7 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
                                     token_type_ids=token_type_ids).last_hidden_state
 
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+    partial = new_temp_beside(target)
     example = tuple(torch.ones((2, 8), dtype=torch.long) if name != "token_type_ids" else torch.zeros((2, 8), dtype=torch.long)
                     for name in _INPUTS)
     try:
@@ -98,7 +98,7 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
         cosine = float((expected * got).sum(axis=1).min())
         if cosine < _MIN_EXPORT_COSINE:
             raise EmbeddingError(f"the ONNX export of {model_dir.name} differs from sentence-transformers (cosine {cosine:.5f})")
-        os.replace(partial, target)
+        replace_with(partial, target)
     except EmbeddingError:
         raise
     except Exception as exc:  # any export failure becomes one clear error

@@ -8,13 +8,12 @@ equal to the exported one and importing needs no embedding model run. A file is 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.files import PRIVATE_MODE, write_atomically
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
@@ -80,19 +79,9 @@ def bank_payload(insight_doc: InsightDoc | None, graph: QueryGraph, tree: Intera
 
 
 def write_json_atomically(path: str | Path, payload: Any) -> Path:
-    """``payload`` as JSON at ``path``, written to a temporary file and renamed into place: a reader
-    (or a process killed mid-write) sees the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(payload, handle, ensure_ascii=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """``payload`` as JSON at ``path``, through the one atomic writer: a reader (or a process killed
+    mid-write) sees the old file or the new one, never half of one. Owner-only, as bank files have always been."""
+    return write_atomically(path, json.dumps(payload, ensure_ascii=False), mode=PRIVATE_MODE)
 
 
 def _first_error(exc: ValidationError) -> str:

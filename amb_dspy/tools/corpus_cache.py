@@ -34,9 +34,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.files import write_atomically
 from amb_dspy.notices import Notify
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.tools.corpus import (
+from amb_dspy.tools.corpus_files import (
     CorpusError,
     Document,
     folder_files,
@@ -161,9 +162,7 @@ class CorpusCache:
                             data_sha256=_sha256(raw_data), vectors=names["vectors"], vectors_sha256=_sha256(raw_vectors))
         for name, raw in ((names["data"], raw_data), (names["vectors"], raw_vectors),
                           ("manifest.json", manifest.model_dump_json(indent=1).encode())):
-            partial = self.dir / f".{name}.{token}.partial"
-            partial.write_bytes(raw)
-            os.replace(partial, self.dir / name)
+            write_atomically(self.dir / name, raw)
         # Remove earlier versions' data files, keeping whatever the manifest names now: another
         # process may have replaced it after us, and its files must stay.
         try:

