@@ -197,7 +197,9 @@ def optimize_agents(
     out = Path(out)
     if (out / MANIFEST_FILE).exists():
         read_manifest(out)  # a foreign or broken manifest stops the run before any work, not after it
-    config = config or AmbConfig()
+    # While compiling, the bank asks its agents one item a call, so that the traces (and so the demos) are
+    # those of each agent's single-item predictor, the one compiled; a compiled agent asks alone at run time too.
+    config = (config or AmbConfig()).model_copy(update={"ingest_batch": 1})
     steps = Steps(progress)
 
     steps.start(f"loading {train}", total=1)

@@ -121,3 +121,19 @@ def test_snapshot_analysis_judges_a_batch_on_the_graph_as_it_found_it_in_fewer_c
     assert result.usage["analysis"]["calls"] == 1 < exact_result.usage["analysis"]["calls"]
     # every node judged once, on the candidates the graph offered before the batch's first verdict
     assert len(snapshot_lm.calls_for("analysis")) == 7
+
+
+def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embedder):
+    import dspy
+
+    lm = scripted()
+    config = AmbConfig(storage_dir=tmp_path / "compiled", ingest_batch=8, policy="lm", lm_threads=1)
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    demo = dspy.Example(content="a", context="b", keywords=[], feedback="", summary="a")
+    bank.agents["structure"].summarize.demos = [demo]
+    bank.agents["analysis"].analyze.demos = [dspy.Example(new_node="x", candidates=[], relationships=[])]
+    result = bank.ingest(TEXT, name="parts")
+    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    assert shape(bank) == shape(one) and not result.errors
+    assert not any(c.route.endswith("_batch") for c in lm.calls)  # the demos' predictors answered every item
+    assert result.usage["structure"]["calls"] == 8 and result.usage["analysis"]["calls"] == 7

@@ -20,7 +20,9 @@ out, is judged on its own exactly as above. The caller decides which nodes may b
 (see :mod:`amb_dspy.memory_writer`: the spec's order is kept by checking each verdict still applies).
 
 Predictor: ``analyze`` (:class:`AnalyzeRelationships`); the batch predictor is not compiled (held
-outside the module's named predictors).
+outside the module's named predictors); a compiled
+agent (its predictor holds demos) judges only the first node of a batch, alone, as it was compiled
+(`amb optimize` compiles with one item a call), and the bank asks the others in their turn.
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class AnalysisAgent(MemoryAgent):
                 batch: list[tuple[NodeInfo, list[NodeInfo]]] | None = None) -> AnalysisOutput | list[AnalysisOutput]:
         """The relationships of ``new_node`` to ``candidates``, or with ``batch`` those of each pair, in order."""
         if batch is not None:
+            if self.analyze.demos:  # compiled one node a call: the first is judged, the caller asks the rest in turn
+                return [self._alone(batch[0][0], unique_candidates(batch[0][1]))]
             return self._forward_batch(batch)
         return self._alone(new_node, unique_candidates(candidates))
 

@@ -23,7 +23,9 @@ retries of all off-target chunks go together the same way. Each chunk gets the s
 choice it would get on its own; a chunk the LM's batch answer leaves out is asked alone.
 
 Predictor: ``summarize`` (:class:`SummarizeCluster`); the batch predictor is not compiled (it is held
-outside the module's named predictors, so compiled state files are unchanged).
+outside the module's named predictors, so compiled state files are unchanged); a compiled
+agent (its predictor holds demos) asks each item alone, as it was compiled (`amb optimize` compiles
+with one item a call).
 """
 
 from __future__ import annotations
@@ -237,7 +239,9 @@ class StructureAgent(MemoryAgent):
         room = answer_tokens(self.active_lm())
         rendered = [TopicText(**{**item.model_dump(), "number": 99_999}).model_dump_json() for item in items]
         groups = []
-        for group in at_most(pack(rendered, budget, self.count_tokens, sep=", "), self.config.ingest_batch):
+        # A compiled agent asks each item alone: its demos belong to the single-cluster predictor.
+        size = 1 if self.summarize.demos else self.config.ingest_batch
+        for group in at_most(pack(rendered, budget, self.count_tokens, sep=", "), size):
             # the summaries (at most half of the content) must fit the answer too
             groups.extend(_within_answer(group, [self.count_tokens(items[i].content) for i in group], room))
         answers = map_in_context(lambda group: self._ask(batch, [items[i] for i in group]), groups, self.lm_threads())
