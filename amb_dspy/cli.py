@@ -208,10 +208,6 @@ def show_bank(
     bank: Path | None = typer.Argument(None, help="a bank file written by `amb run --export`"),
     node: str | None = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
     html: Path | None = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
-    remember: bool = typer.Option(False, "--remember", help="write the task's conclusion and trajectory to long-term memory"),
-    recall: bool | None = typer.Option(None, "--recall/--no-recall", help="show earlier tasks' items in <memory> (default: when a long-term store exists)"),
-    redact: bool = typer.Option(False, "--redact", help="remove e-mails, phone numbers and secrets before remembering"),
-    namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
 ) -> None:
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""

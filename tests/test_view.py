@@ -133,6 +133,13 @@ def test_show_needs_a_bank_or_a_trace(built, tmp_path):
     assert "does not exist" in one_line_error(show(str(built.path), "--html", str(tmp_path / "no" / "v.html")))
 
 
+def test_show_offers_only_options_it_uses(built):
+    """Long-term memory options belong to `amb run` and `amb memory`; `amb show` accepted and ignored them before."""
+    result = show(str(built.path), "--remember")
+    assert result.exit_code == 2 and "No such option" in result.output
+    assert "--recall" not in show("--help").output
+
+
 def test_amb_show_loads_no_model_library(built):
     code = f"import cli; cli.app(['show', {str(built.path)!r}])"
     out = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True, cwd=ROOT)
