@@ -43,7 +43,6 @@ from amb_dspy.longterm.merge import (
     DEDUP_THRESHOLD,
     Merger,
     merge_items,
-    numbers_disagree,
 )
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
@@ -55,6 +54,7 @@ from amb_dspy.longterm.scoring import (
     score,
     source_boost,
 )
+from amb_dspy.longterm.statements import different_facts
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
 
@@ -365,8 +365,9 @@ class LongTermStore(ABC):
 
     def closest(self, namespace: str, content: str, kind: str) -> tuple[MemoryItem | None, float]:
         """The item a write of ``content`` would merge into if the similarity reached ``dedup_threshold``,
-        and that similarity (``(None, 0.0)`` when there is none); writes nothing. Items whose numbers
-        disagree with the content's are never candidates (:func:`~amb_dspy.longterm.merge.numbers_disagree`)."""
+        and that similarity (``(None, 0.0)`` when there is none); writes nothing. An item that the content
+        is a different fact from (:func:`~amb_dspy.longterm.statements.different_facts`: a number the item
+        lacks, a negation on one side, names on both sides that the other lacks) is never a candidate."""
         namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
         return self._closest(namespace, content, kind, self._embed(content))
 
@@ -376,7 +377,7 @@ class LongTermStore(ABC):
         best, best_similarity = None, 0.0
         for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
             similarity = hybrid_similarity(cosine, dice(tokens, tokenize(item.content)), self.alpha)
-            if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
+            if (best is None or similarity > best_similarity) and not different_facts(content, item.content):
                 best, best_similarity = item, similarity
         return best, best_similarity
 

@@ -5,19 +5,22 @@
   every attempt (the oldest attempts are dropped past ``MAX_TRAJECTORY_CHARS``; a tool effect already
   recorded word for word is not appended again);
 * ``fact`` and ``conclusion``: one merged statement. A ``Merger`` (``(old, new) -> merged``), such as
-  the bank's integration agent, writes it when given (and when it fails or returns nothing); otherwise :func:`heuristic_merge` keeps the
-  longer statement (the newer on a tie) and adds the other's sentences that it does not already say.
+  the bank's integration agent, writes it when given (and when it fails or returns nothing);
+  otherwise :func:`heuristic_merge` keeps the longer statement and adds each sentence of the other
+  that it does not already say word for word, so that a merge loses nothing either statement says.
+
+Which items are near-duplicates at all is the store's decision (:meth:`LongTermStore._closest
+<amb_dspy.longterm.base.LongTermStore._closest>`): a similarity over :data:`DEDUP_THRESHOLD`, and no
+sign that the two are different facts (:func:`amb_dspy.longterm.statements.different_facts`).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from typing import Literal
 
-from amb_dspy.longterm.scoring import overlap
-from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.longterm.statements import contains, numbers_disagree, sentences
 
 Merger = Callable[[str, str], str]
 MergeRule = Literal["overwrite", "append", "merged statement"]
@@ -38,40 +41,20 @@ TRAJECTORY_SEPARATOR = "\n\n"
 MAX_TRAJECTORY_CHARS = 8_000
 # A merged statement longer than this (an LM that rambled, many merges) gives way to the newer statement.
 MAX_STATEMENT_CHARS = 4_000
-# A sentence of the other statement counts as already said when half its words are in the kept one: the
-# two items are near-duplicates already, so a sentence sharing that much is a restatement, not news.
-_ALREADY_SAID = 0.5
-_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-
-
-def sentences(text: str) -> list[str]:
-    """Split at sentence ends followed by a capital letter or a digit (keeps "U.S. law" whole often enough)."""
-    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
-
-
-def numbers_disagree(a: str, b: str) -> bool:
-    """Whether each statement has a number the other lacks ("the 44th season" / "the 45th season").
-
-    Such statements are different facts, or a conflict, however similar their words: never merged.
-    A statement whose numbers are all in the other (a retelling that drops a date) is not refused.
-    """
-    numbers_a, numbers_b = set(_NUMBER.findall(a)), set(_NUMBER.findall(b))
-    return bool(numbers_a - numbers_b) and bool(numbers_b - numbers_a)
+__all__ = ["DEDUP_THRESHOLD", "MERGE_RULES", "Merger", "heuristic_merge", "merge_items", "numbers_disagree",
+           "sentences"]
 
 
 def heuristic_merge(old: str, new: str) -> str:
-    """One statement from two near-duplicates: the longer (the newer on a tie), plus the other's
-    sentences whose words it does not already contain."""
+    """One statement from two near-duplicates that loses neither: the longer (the newer on a tie), plus
+    each sentence of the other that it does not contain (:func:`~amb_dspy.longterm.statements.contains`).
+    Two sentences where neither contains the other are both kept, in one item."""
     kept, other = (new, old) if len(new) >= len(old) else (old, new)
-    kept_tokens = set(tokenize(kept))
-    extra = []
+    merged = kept.strip()
     for sentence in sentences(other):
-        words = tokenize(sentence)
-        if words and overlap(words, kept_tokens) < _ALREADY_SAID:
-            extra.append(sentence)
-            kept_tokens.update(words)
-    return " ".join([kept.strip(), *extra])
+        if not contains(merged, sentence):
+            merged = f"{merged} {sentence}"
+    return merged
 
 
 def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> str:

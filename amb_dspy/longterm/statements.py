@@ -1,0 +1,116 @@
+"""Whether two statements say the same thing: the checks behind a merge, on words alone, no storage.
+
+Two sentences about one entity can share most of their words and still be different facts: they differ
+in a number or a date ("the 44th season" / "the 45th season"), in a name ("led by head coach Dan
+Hawkins" / "led by head coach Jon Embree"), or one denies what the other says. A near-duplicate by
+similarity (:func:`amb_dspy.longterm.scoring.dice` and the embeddings' cosine) merges into an item only
+when :func:`different_facts` finds none of these:
+
+* **a number the item lacks**: the new statement brings a number (a year, a count, a rank) that the item
+  does not hold. A retelling may drop a date ("Scott Derrickson (born July 16, 1966) is a director." ->
+  "Scott Derrickson is a director."), but a statement with a date the item lacks tells something else;
+* **a negation on one side only** ("is not", "never", "no", "n't"); the word tokenizer drops these as stop
+  words, so Dice and the cosine barely see them;
+* **names on both sides that the other lacks**: each statement names someone or something (a run of
+  capitalised words) of which less than half the words occur in the other. Half, so that a name retold
+  with one word changed ("Kansas City" / "Kansas Town" of a synonym table) is still the same name, and
+  one-sided, so that a retelling may drop a name the item keeps (and an item may hold more names).
+
+:func:`contains` is the other half of "loses nothing": whether a statement already says everything a
+sentence says, so that a merge may leave the sentence out.
+"""
+
+from __future__ import annotations
+
+import re
+
+from amb_dspy.retrieval.keyword import tokenize
+
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+_NEGATION = re.compile(r"\b(not|no|never|none|nor|neither|nobody|nothing|nowhere|without|cannot)\b|n['’]t\b",
+                       re.IGNORECASE)
+# Lower-case words that may link the capitalised words of one name ("Conservatoire de Paris", "Duke of York").
+_NAME_LINKS = frozenset({"of", "the", "de", "la", "le", "von", "van", "der", "du", "del", "da", "di"})
+# A name counts as present in another statement when at least this share of its words occur there.
+NAME_PRESENT_SHARE = 0.5
+
+
+def sentences(text: str) -> list[str]:
+    """Split at sentence ends followed by a capital letter or a digit (keeps "U.S. law" whole often enough)."""
+    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+
+
+def numbers(text: str) -> set[str]:
+    return set(_NUMBER.findall(text))
+
+
+def numbers_disagree(a: str, b: str) -> bool:
+    """Whether each statement has a number the other lacks ("the 44th season" / "the 45th season")."""
+    numbers_a, numbers_b = numbers(a), numbers(b)
+    return bool(numbers_a - numbers_b) and bool(numbers_b - numbers_a)
+
+
+def adds_number(new: str, old: str) -> bool:
+    """Whether ``new`` holds a number that ``old`` lacks (a date, a count, a rank it does not tell)."""
+    return bool(numbers(new) - numbers(old))
+
+
+def negated(text: str) -> bool:
+    return bool(_NEGATION.search(text))
+
+
+def words(text: str) -> set[str]:
+    """Every word of ``text``, lower-cased, stop words included."""
+    return {w.lower() for w in _WORD.findall(text)}
+
+
+def names(text: str) -> list[tuple[str, ...]]:
+    """Runs of capitalised words (lower-cased, linking words dropped), per sentence; a lone capitalised
+    first word of a sentence ("The", "He", "Wolff's") is not taken for a name."""
+    found = []
+    for sentence in sentences(text):
+        tokens = _WORD.findall(sentence)
+        run: list[str] = []
+        start = 0
+        for i, token in enumerate([*tokens, ""]):
+            linking = bool(run) and token.lower() in _NAME_LINKS and i + 1 < len(tokens) and tokens[i + 1][0].isupper()
+            if token and (token[0].isupper() or linking):
+                start = i if not run else start
+                run.append(token)
+                continue
+            if run and not (start == 0 and len(run) == 1):
+                found.append(tuple(w.lower() for w in run if w.lower() not in _NAME_LINKS))
+            run = []
+    return [name for name in found if name]
+
+
+def names_missing(a: str, b: str) -> list[tuple[str, ...]]:
+    """The names of ``a`` that ``b`` does not hold (less than :data:`NAME_PRESENT_SHARE` of their words)."""
+    in_b = words(b)
+    return [name for name in names(a) if sum(w in in_b for w in name) < NAME_PRESENT_SHARE * len(name)]
+
+
+def names_differ(a: str, b: str) -> bool:
+    """Whether each statement names something the other does not."""
+    return bool(names_missing(a, b)) and bool(names_missing(b, a))
+
+
+def different_facts(new: str, old: str) -> str:
+    """Why ``new`` is a different fact from ``old`` however similar their words ("" when no check objects)."""
+    if adds_number(new, old):
+        return "a number the item lacks"
+    if negated(new) != negated(old):
+        return "a negation on one side only"
+    if names_differ(new, old):
+        return "names the other lacks on both sides"
+    return ""
+
+
+def contains(statement: str, sentence: str) -> bool:
+    """Whether ``statement`` already says all that ``sentence`` says: each of its words, each of its
+    numbers, and its negation if it has one. Word for word: a sentence told in other words is kept."""
+    said = set(tokenize(statement))
+    return (all(word in said for word in tokenize(sentence)) and not numbers(sentence) - numbers(statement)
+            and (negated(statement) or not negated(sentence)))
