@@ -11,8 +11,6 @@ from amb_dspy.longterm.merge import (
     MAX_TRAJECTORY_CHARS,
     heuristic_merge,
     merge_items,
-    numbers_disagree,
-    sentences,
 )
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
@@ -24,6 +22,7 @@ from amb_dspy.longterm.scoring import (
     score,
     source_boost,
 )
+from amb_dspy.longterm.statements import numbers_disagree, sentences
 
 
 @pytest.mark.parametrize("text, kind, left", [

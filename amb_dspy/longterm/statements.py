@@ -66,6 +66,13 @@ def words(text: str) -> set[str]:
     return {w.lower() for w in _WORD.findall(text)}
 
 
+def _name_follows(tokens: list[str], at: int) -> bool:
+    """Whether a capitalised word comes at ``at``, past any linking words ("of the Conservatoire")."""
+    while at < len(tokens) and tokens[at].lower() in _NAME_LINKS:
+        at += 1
+    return at < len(tokens) and tokens[at][0].isupper()
+
+
 def names(text: str) -> list[tuple[str, ...]]:
     """Runs of capitalised words (lower-cased, linking words dropped), per sentence; a lone capitalised
     first word of a sentence ("The", "He", "Wolff's") is not taken for a name."""
@@ -75,7 +82,7 @@ def names(text: str) -> list[tuple[str, ...]]:
         run: list[str] = []
         start = 0
         for i, token in enumerate([*tokens, ""]):
-            linking = bool(run) and token.lower() in _NAME_LINKS and i + 1 < len(tokens) and tokens[i + 1][0].isupper()
+            linking = bool(run) and token.lower() in _NAME_LINKS and _name_follows(tokens, i + 1)
             if token and (token[0].isupper() or linking):
                 start = i if not run else start
                 run.append(token)
