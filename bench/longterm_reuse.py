@@ -36,7 +36,8 @@ gold answer and the gold supporting sentences as its subtasks' findings, one sea
     request in one: ``mixed_*`` keys), kept apart so that the 200's figures stay comparable.
 
 Tuning discipline: the dedup threshold and measure were chosen with ``--calibrate`` on dev items
-0-149; items 150-299 are reported untouched beside them. The last line is JSON.
+0-149 (the checks of :mod:`amb_dspy.longterm.statements` from the tuning half's wrong merges, shown by
+``--show-wrong``); items 150-299 are reported untouched beside them. The last line is JSON.
 """
 
 from __future__ import annotations
