@@ -245,12 +245,15 @@ class LongTermStore(ABC):
         vector = self._embed(content)
         duplicate, similarity = self._closest(namespace, content, kind, vector)
         now = self.clock()
-        if duplicate is None or similarity < self.dedup_threshold:
+        merged_content = None
+        if duplicate is not None and similarity >= self.dedup_threshold:
+            merged_content = merge_items(kind, duplicate.content, content, merge)
+        if duplicate is None or merged_content is None:  # nothing close enough, or too long to be one statement
             item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
             self._apply(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))
             return WriteOutcome(item, "added", similarity)
-        merged_content = check_content(merge_items(kind, duplicate.content, content, merge))
+        merged_content = check_content(merged_content)
         merged_metadata = duplicate.metadata.merged_with(metadata)
         merged = duplicate.model_copy(update={"content": merged_content, "metadata": merged_metadata,
                                               "updated_at": now, "source_boost": merged_metadata.boost()})

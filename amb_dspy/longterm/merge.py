@@ -40,7 +40,8 @@ DEDUP_THRESHOLD = 0.70
 TRAJECTORY_SEPARATOR = "\n\n"
 # An appended trajectory keeps its most recent attempts within this size; older ones are dropped.
 MAX_TRAJECTORY_CHARS = 8_000
-# A merged statement longer than this (an LM that rambled, many merges) gives way to the newer statement.
+# A merged statement is at most this long: an LM's longer one gives way to the heuristic merge, and two
+# statements that the heuristic cannot fit in it either stay two items.
 MAX_STATEMENT_CHARS = 4_000
 __all__ = ["DEDUP_THRESHOLD", "MERGE_RULES", "Merger", "heuristic_merge", "merge_items", "numbers_disagree",
            "sentences"]
@@ -58,8 +59,10 @@ def heuristic_merge(old: str, new: str) -> str:
     return merged
 
 
-def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> str:
-    """The content of an item of ``kind`` after merging ``new`` into ``old``."""
+def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> str | None:
+    """The content of an item of ``kind`` after merging ``new`` into ``old``; ``None`` when two statements
+    cannot be one within ``MAX_STATEMENT_CHARS`` without losing either (the store then adds ``new`` as an
+    item of its own)."""
     rule = MERGE_RULES[kind]
     if rule == "overwrite":
         return new
@@ -77,5 +80,7 @@ def merge_items(kind: str, old: str, new: str, merger: Merger | None = None) -> 
         except Exception as exc:  # noqa: BLE001 - an LM failure falls back to the heuristic, never loses the write
             logger.warning("long-term merge by %r failed (%s); merged by the heuristic instead", merger, exc)
             merged = ""
+    if len(merged) > MAX_STATEMENT_CHARS:  # an LM that rambled: the heuristic instead
+        merged = ""
     merged = merged or heuristic_merge(old, new)
-    return merged if len(merged) <= MAX_STATEMENT_CHARS else new
+    return merged if len(merged) <= MAX_STATEMENT_CHARS else None
