@@ -10,6 +10,7 @@ from amb_dspy.longterm.merge import heuristic_merge
 from amb_dspy.longterm.scoring import dice, hybrid_similarity
 from amb_dspy.longterm.sqlite import SQLiteStore
 from amb_dspy.longterm.statements import (
+    adds_full_name,
     adds_number,
     contains,
     different_facts,
@@ -38,7 +39,11 @@ def test_names_are_runs_of_capitalised_words_and_a_lone_first_word_is_not_one():
 
 
 @pytest.mark.parametrize("new, old, reason", [
-    (EMBREE, HAWKINS, "names the other lacks on both sides"),
+    (EMBREE, HAWKINS, "a full name the item lacks"),
+    ("It is based on the opera Tosca by Giacomo Puccini.", "It is based on the opera La Bohème by Giacomo Puccini.",
+     "names the other lacks on both sides"),
+    ("He is the cousin of Robert Barton and a writer.", "He is a writer.", "a full name the item lacks"),
+    ("He is a TV writer.", "He is a television writer.", ""),  # one capitalised word may be a common word
     (CLOSED, OPEN, "a negation on one side only"),
     (OPEN, CLOSED, "a negation on one side only"),
     (DEBUT_DATED, DEBUT, "a number the item lacks"),
@@ -57,6 +62,7 @@ def test_the_single_checks():
     assert adds_number("in 1994 and 1995", "in 1994") and not adds_number("in 1994", "in 1994 and 1995")
     assert negated("He didn't win.") and negated("No one came.") and not negated("Nobel laureate Notting Hill")
     assert names_differ(EMBREE, HAWKINS) and not names_differ(DERRICKSON, DERRICKSON_DATED)
+    assert adds_full_name(EMBREE, HAWKINS) and not adds_full_name(DERRICKSON, DERRICKSON_DATED)
 
 
 def test_contains_is_word_for_word_numbers_and_negation_included():

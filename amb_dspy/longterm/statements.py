@@ -11,10 +11,12 @@ when :func:`different_facts` finds none of these:
   "Scott Derrickson is a director."), but a statement with a date the item lacks tells something else;
 * **a negation on one side only** ("is not", "never", "no", "n't"); the word tokenizer drops these as stop
   words, so Dice and the cosine barely see them;
-* **names on both sides that the other lacks**: each statement names someone or something (a run of
-  capitalised words) of which less than half the words occur in the other. Half, so that a name retold
-  with one word changed ("Kansas City" / "Kansas Town" of a synonym table) is still the same name, and
-  one-sided, so that a retelling may drop a name the item keeps (and an item may hold more names).
+* **a full name the item lacks**: the new statement names someone or something in two words or more
+  (a run of capitalised words: "Robert Barton") of which less than half the words occur in the item.
+  Half, so that a name retold with one word changed ("Kansas City" / "Kansas Town" of a synonym table)
+  is still the same name; two words, because one capitalised word may be a common word ("TV");
+* **names on both sides that the other lacks** (one word each will do): each statement names something
+  the other does not ("the opera Tosca" / "La bohème"). A retelling may drop a name the item keeps.
 
 :func:`contains` is the other half of "loses nothing": whether a statement already says everything a
 sentence says, so that a merge may leave the sentence out.
@@ -104,12 +106,20 @@ def names_differ(a: str, b: str) -> bool:
     return bool(names_missing(a, b)) and bool(names_missing(b, a))
 
 
+def adds_full_name(new: str, old: str) -> bool:
+    """Whether ``new`` names someone or something in two words or more ("Robert Barton") that ``old`` lacks.
+    One word alone ("TV", "Filmmaker" of a retelling) may be a common word written with a capital."""
+    return any(len(name) >= 2 for name in names_missing(new, old))
+
+
 def different_facts(new: str, old: str) -> str:
     """Why ``new`` is a different fact from ``old`` however similar their words ("" when no check objects)."""
     if adds_number(new, old):
         return "a number the item lacks"
     if negated(new) != negated(old):
         return "a negation on one side only"
+    if adds_full_name(new, old):
+        return "a full name the item lacks"
     if names_differ(new, old):
         return "names the other lacks on both sides"
     return ""
