@@ -35,15 +35,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from amb_dspy.longterm.errors import (
-    ItemNotFoundError,
-    LongTermInputError,
-)
-from amb_dspy.longterm.merge import (
-    DEDUP_THRESHOLD,
-    Merger,
-    merge_items,
-)
+from amb_dspy.longterm.errors import ItemNotFoundError, LongTermInputError
+from amb_dspy.longterm.merge import DEDUP_THRESHOLD, Merger, merge_items
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
@@ -245,9 +238,8 @@ class LongTermStore(ABC):
         vector = self._embed(content)
         duplicate, similarity = self._closest(namespace, content, kind, vector)
         now = self.clock()
-        merged_content = None
-        if duplicate is not None and similarity >= self.dedup_threshold:
-            merged_content = merge_items(kind, duplicate.content, content, merge)
+        close = duplicate is not None and similarity >= self.dedup_threshold
+        merged_content = merge_items(kind, duplicate.content, content, merge) if close else None
         if duplicate is None or merged_content is None:  # nothing close enough, or too long to be one statement
             item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
@@ -368,9 +360,8 @@ class LongTermStore(ABC):
 
     def closest(self, namespace: str, content: str, kind: str) -> tuple[MemoryItem | None, float]:
         """The item a write of ``content`` would merge into if the similarity reached ``dedup_threshold``,
-        and that similarity (``(None, 0.0)`` when there is none); writes nothing. An item that the content
-        is a different fact from (:func:`~amb_dspy.longterm.statements.different_facts`: a number the item
-        lacks, a negation on one side, names on both sides that the other lacks) is never a candidate."""
+        and that similarity (``(None, 0.0)`` when there is none); writes nothing. An item the content is a
+        different fact from (:func:`~amb_dspy.longterm.statements.different_facts`) is never a candidate."""
         namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
         return self._closest(namespace, content, kind, self._embed(content))
 
