@@ -2,6 +2,7 @@
 
     python bench/longterm_reuse.py                    # everything; tuning half and report half side by side
     python bench/longterm_reuse.py --calibrate        # the dedup sweep on HotpotQA dev 0-149 and stop
+    python bench/longterm_reuse.py --calibrate --show-wrong 0.64   # and the tuning half's wrong merges there
     python bench/longterm_reuse.py --backend qdrant   # the same on Qdrant's local mode
 
 Real parts: the all-MiniLM-L6-v2 embedder, the store, :func:`amb_dspy.longterm.route`, the run hooks
@@ -31,9 +32,12 @@ gold answer and the gold supporting sentences as its subtasks' findings, one sea
 (c) Routing. ``bench/data/route_messages.jsonl``: 200 messages labelled by hand (see its README).
     Precision and recall of ``should_write`` (and ``should_read``) by the heuristic route, on the tune
     half (the rules were written against it) and the test half (never tuned on; the JSON reports it).
+    The same on the extra set ``route_messages_mixed.jsonl`` (24 mixed messages, a statement and a
+    request in one: ``mixed_*`` keys), kept apart so that the 200's figures stay comparable.
 
 Tuning discipline: the dedup threshold and measure were chosen with ``--calibrate`` on dev items
-0-149; items 150-299 are reported untouched beside them. The last line is JSON.
+0-149 (the checks of :mod:`amb_dspy.longterm.statements` from the tuning half's wrong merges, shown by
+``--show-wrong``); items 150-299 are reported untouched beside them. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -57,14 +61,16 @@ from longterm_paraphrase import fact_paraphrases  # noqa: E402
 
 from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.longterm import DEDUP_THRESHOLD, route  # noqa: E402
-from amb_dspy.longterm.merge import numbers_disagree  # noqa: E402
 from amb_dspy.longterm.run_memory import recall_for_task, remember_run  # noqa: E402
-from amb_dspy.longterm.scoring import containment, dice, hybrid_similarity  # noqa: E402
+from amb_dspy.longterm.scoring import dice, hybrid_similarity  # noqa: E402
+from amb_dspy.longterm.statements import different_facts, numbers_disagree  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.keyword import tokenize  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa"
 ROUTES = ROOT / "bench" / "data" / "route_messages.jsonl"
+# An extra set, apart from the 200: messages that tell a preference or a fact and ask something too.
+MIXED_ROUTES = ROOT / "bench" / "data" / "route_messages_mixed.jsonl"
 HALVES = {"tune": range(0, 150), "report": range(150, 300)}
 WRITES = 1_000
 
@@ -157,22 +163,34 @@ def writes(store, items: list[dict], limit: int = WRITES) -> dict:
             "misdirected_merge_rate": misdirected / paraphrases}
 
 
-def candidates(store, namespace: str, text: str) -> list[tuple]:
-    """The closest items a write of ``text`` is checked against: (id, cosine, Dice, containment, numbers disagree)."""
+# The checks that keep a candidate out of a merge, as swept by --calibrate: "numbers" is the check before
+# issue 23's second pass (each side has a number the other lacks); "different facts" is the store's
+# (amb_dspy.longterm.statements.different_facts: a number the item lacks, a one-sided negation, names on
+# both sides that the other lacks).
+GATES = {"numbers": numbers_disagree, "different facts": lambda text, content: bool(different_facts(text, content))}
+STORE_GATE = "different facts"
+
+
+def candidates(store, namespace: str, text: str) -> list[dict]:
+    """The closest items a write of ``text`` is checked against, with the hybrid similarity (Dice and
+    cosine, as ``LongTermStore._closest`` weighs them) and which gates keep each one out."""
     tokens = tokenize(text)
-    return [(i.id, c, dice(tokens, tokenize(i.content)), containment(tokens, tokenize(i.content)),
-             numbers_disagree(text, i.content))
-            for i, c in store._nearest(namespace, ("fact",), store._embed(text), text, 5)]
+    found = store._nearest(namespace, ("fact",), store._embed(text), text, 5)
+    return [{"id": i.id, "content": i.content, "text": text,
+             "similarity": hybrid_similarity(c, dice(tokens, tokenize(i.content)), store.alpha),
+             "refused": {name: gate(text, i.content) for name, gate in GATES.items()}} for i, c in found]
 
 
-def merged_into(cands: list[tuple], column: int, threshold: float, alpha: float) -> str | None:
-    """The id a write merges into under (measure column, threshold), as ``LongTermStore._closest`` decides."""
-    best = max(((hybrid_similarity(c[1], c[column], alpha), c[0]) for c in cands if not c[4]), default=(0.0, None))
-    return best[1] if best[0] >= threshold else None
+def merged_into(cands: list[dict], gate: str, threshold: float) -> dict | None:
+    """The candidate a write merges into under (gate, threshold), as ``LongTermStore._closest`` decides."""
+    allowed = [c for c in cands if not c["refused"][gate]]
+    best = max(allowed, key=lambda c: c["similarity"], default=None)
+    return best if best is not None and best["similarity"] >= threshold else None
 
 
-def calibrate(store, items: list[dict]) -> list[dict]:
-    """Sweep (lexical measure, threshold) over the closest items of each write."""
+def calibrate(store, items: list[dict]) -> tuple[list[dict], list[list[dict]]]:
+    """Sweep (gate, threshold) over the closest items of each write; also returns the different facts'
+    candidates (to show which merge wrongly)."""
     positives, negatives = [], []
     for item in items:
         namespace = f"calibrate-{item['_id']}"
@@ -181,18 +199,37 @@ def calibrate(store, items: list[dict]) -> list[dict]:
         positives += [candidates(store, namespace, text) for text, _ in pairs]
         negatives += [candidates(store, namespace, text) for text in different]
     rows = []
-    for measure, column in (("containment", 3), ("dice", 2)):
+    for gate in GATES:
         for threshold in np.arange(0.60, 0.821, 0.02):
-            dup = sum(merged_into(c, column, threshold, store.alpha) is None for c in positives) / len(positives)
-            wrong = sum(merged_into(c, column, threshold, store.alpha) is not None for c in negatives) / len(negatives)
-            rows.append({"measure": measure, "threshold": round(float(threshold), 2), "duplicate_write_rate": dup,
-                         "wrong_merge_rate": wrong})
-    return rows
+            dup = sum(merged_into(c, gate, threshold) is None for c in positives) / len(positives)
+            wrong = sum(merged_into(c, gate, threshold) is not None for c in negatives) / len(negatives)
+            rows.append({"measure": gate, "threshold": round(float(threshold), 2), "duplicate_write_rate": dup,
+                         "wrong_merge_rate": wrong, "positives": len(positives), "negatives": len(negatives)})
+    return rows, negatives
+
+
+def choose(rows: list[dict]) -> tuple[dict, bool]:
+    """The store gate's threshold whose wrong merges are lowest at 95% confidence (Wilson's upper bound
+    on the tuning half's counts) while duplicates stay under their target at the same confidence; a tie
+    goes to the higher threshold. A bound, not the rate itself: a few hundred different facts leave
+    each threshold's rate a count of two or three, and the untouched half should meet the targets too."""
+    from scipy.stats import binomtest
+
+    def upper(rate: float, n: int) -> float:
+        return float(binomtest(round(rate * n), n).proportion_ci(method="wilson").high)
+
+    gated = [dict(r) for r in rows if r["measure"] == STORE_GATE]  # the other gate is shown for comparison
+    for row in gated:
+        row["wrong_merge_bound"] = upper(row["wrong_merge_rate"], row["negatives"])
+        row["duplicate_bound"] = upper(row["duplicate_write_rate"], row["positives"])
+    allowed = [r for r in gated if r["duplicate_bound"] <= 0.05] or gated
+    best = min(allowed, key=lambda r: (round(r["wrong_merge_bound"], 6), -r["threshold"]))
+    return best, best["duplicate_write_rate"] <= 0.05 and best["wrong_merge_rate"] <= 0.01
 
 
 # --- (c) routing -----------------------------------------------------------------------------------------
-def routing(split: str) -> dict:
-    rows = [json.loads(line) for line in ROUTES.read_text(encoding="utf-8").splitlines() if line.strip()]
+def routing(split: str, path: Path = ROUTES) -> dict:
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     rows = [r for r in rows if r["split"] == split]
     decisions = [route(r["message"]) for r in rows]
 
@@ -213,6 +250,8 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant"], default="sqlite")
     parser.add_argument("--data", type=Path, default=DATA, help="folder with dev_distractor_300.jsonl")
     parser.add_argument("--calibrate", action="store_true", help="sweep the dedup threshold on dev 0-149 and stop")
+    parser.add_argument("--show-wrong", type=float, metavar="THRESHOLD",
+                        help="with --calibrate: print the tuning half's different facts merged at THRESHOLD")
     parser.add_argument("--writes", type=int, default=WRITES, help="writes per half for part (b)")
     parser.add_argument("--per-half", type=int, default=150, help="items of each half (fewer for a quick look)")
     args = parser.parse_args()
@@ -223,17 +262,24 @@ def main() -> None:
     if args.calibrate:
         with tempfile.TemporaryDirectory() as folder:
             store = open_store(args.backend, Path(folder), embedder)
-            rows = calibrate(store, halves["tune"])
+            rows, negatives = calibrate(store, halves["tune"])
             store.close()
-        print(f"{'measure':<12} {'threshold':>9} {'duplicates':>10} {'wrong_merges':>12}")
+        print(f"{'gate':<16} {'threshold':>9} {'duplicates':>10} {'wrong_merges':>12}")
         for row in rows:
-            print(f"{row['measure']:<12} {row['threshold']:>9.2f} {row['duplicate_write_rate']:>10.3f} "
+            print(f"{row['measure']:<16} {row['threshold']:>9.2f} {row['duplicate_write_rate']:>10.3f} "
                   f"{row['wrong_merge_rate']:>12.3f}")
-        meeting = [r for r in rows if r["duplicate_write_rate"] <= 0.05 and r["wrong_merge_rate"] <= 0.01]
-        best = max(meeting or rows, key=lambda r: (round(1 - r["duplicate_write_rate"] - r["wrong_merge_rate"], 6),
-                                                  r["threshold"]))
-        print(f"chosen: {best['measure']} at {best['threshold']:.2f} (targets met on the tuning half: {bool(meeting)})")
-        print(json.dumps({"chosen_measure": best["measure"], "chosen_threshold": best["threshold"], "rows": rows}))
+        best, meeting = choose(rows)
+        print(f"chosen: {best['measure']} at {best['threshold']:.2f} (wrong merges <= {best['wrong_merge_bound']:.3f} "
+              f"and duplicates <= {best['duplicate_bound']:.3f} at 95% confidence; targets met on the tuning "
+              f"half: {meeting})")
+        if args.show_wrong is not None:
+            print(f"different facts (tuning half) merged under {best['measure']} at {args.show_wrong:.2f}:")
+            for cands in negatives:
+                if (merged := merged_into(cands, best["measure"], args.show_wrong)) is not None:
+                    print(f"  {merged['similarity']:.3f}  new: {merged['text']}\n         item: {merged['content']}")
+        print(json.dumps({"chosen_measure": best["measure"], "chosen_threshold": best["threshold"],
+                          "wrong_merge_bound": round(best["wrong_merge_bound"], 4),
+                          "duplicate_bound": round(best["duplicate_bound"], 4), "rows": rows}))
         return
 
     results: dict[str, dict] = {}
@@ -246,7 +292,9 @@ def main() -> None:
             store = open_store(args.backend, Path(folder), embedder)
             result.update(writes(store, items, args.writes))
             store.close()
-        result.update(routing("tune" if half == "tune" else "test"))
+        split = "tune" if half == "tune" else "test"
+        result.update(routing(split))
+        result.update({f"mixed_{key}": value for key, value in routing(split, MIXED_ROUTES).items()})
         results[half] = result
         print(f"[{half}] done", file=sys.stderr, flush=True)
     print(f"backend {args.backend}, dedup threshold {DEDUP_THRESHOLD}; HotpotQA dev 0-149 (tune) / 150-299 (report); "

@@ -185,7 +185,8 @@ def test_paraphrase_is_merged_and_a_different_fact_is_not(make_store, ns):
     assert len(store.list(ns)) == 2
     kept = store.get(ns, original.id)
     assert kept.metadata.task_ids == ("t1", "t2")
-    assert kept.content == DERRICKSON_PARAPHRASE  # the longer; the other restates it, nothing is appended
+    # neither contains the other word for word: the item keeps both sentences (a merge loses nothing)
+    assert kept.content == f"{DERRICKSON_PARAPHRASE} {DERRICKSON}"
     assert [r.action for r in store.audit(ns, item_id=original.id)] == ["write", "merge"]
     # the same statement under another kind is not a duplicate, nor one that disagrees on a number
     assert store.write(ns, DERRICKSON, "conclusion").action == "added"

@@ -13,6 +13,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.longterm import MEMORY_KINDS, MERGE_RULES, RecalledItem, route, summarize
 from amb_dspy.longterm.merge import merge_items
 from amb_dspy.longterm.remember import remember_task, tool_effects
+from amb_dspy.longterm.route import told_statements
 from amb_dspy.longterm.run_memory import lm_router, recall_for_task, remember_run
 from amb_dspy.longterm.sqlite import SQLiteStore
 
@@ -35,6 +36,12 @@ HOPS = [{"loop": 1, "task": "Find who directed Ed Wood", "kind": "NORMAL", "succ
     ("thanks!", False, False, ()),
     ("My password is hunter2, remember it.", False, False, ()),      # a secret is never written
     ("I'm tired today.", False, False, ()),                          # passing, not a profile
+    # mixed messages: each sentence is routed on its own
+    ("From now on answer in French. What is the capital of Peru?", True, True, ("preference",)),
+    ("SLA stands for service level agreement. What SLA do we promise?", True, True, ("fact",)),
+    ("Just this once, answer in Spanish. What time is it in Tokyo?", False, True, ()),
+    ("My password is hunter2. Why can't I log in?", False, True, ()),    # a secret anywhere: nothing written
+    ("Call me Jo. Thanks!", True, False, ("preference",)),
 ])
 def test_heuristic_route(message, write, read, kinds):
     decision = route(message, namespace="alice")
@@ -127,3 +134,15 @@ def test_run_hooks_write_what_the_route_keeps_and_read_as_routed(tmp_path, embed
     assert recall_for_task(config, embedder, "thanks!") == ("", [])  # small talk reads nothing
     off, _ = remember_run(config.model_copy(update={"remember": False}), embedder, task_id="t3", goal="x", answer="y")
     assert off is None
+
+
+def test_a_mixed_message_keeps_only_its_statement_and_reads_for_its_question(tmp_path, embedder):
+    message = "From now on answer in French. What is the capital of Peru?"
+    assert told_statements(message) == [("preference", "From now on answer in French.")]
+    assert told_statements("Don't remember this, but I'm vegan. Any recipes?") == []
+    config = AmbConfig(storage_dir=tmp_path, remember=True, namespace="alice")
+    decision, notices = remember_run(config, embedder, task_id="t1", goal=message, answer="Lima.")
+    assert decision.should_read and decision.kinds[0] == "preference" and notices == []
+    with SQLiteStore(tmp_path / "longterm.sqlite3", embedder) as store:
+        assert [i.content for i in store.list("alice", kind="preference")] == ["From now on answer in French."]
+        assert any("Answer: Lima." in i.content for i in store.list("alice", kind="conclusion"))

@@ -11,8 +11,6 @@ from amb_dspy.longterm.merge import (
     MAX_TRAJECTORY_CHARS,
     heuristic_merge,
     merge_items,
-    numbers_disagree,
-    sentences,
 )
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
@@ -24,6 +22,7 @@ from amb_dspy.longterm.scoring import (
     score,
     source_boost,
 )
+from amb_dspy.longterm.statements import numbers_disagree, sentences
 
 
 @pytest.mark.parametrize("text, kind, left", [
@@ -115,7 +114,9 @@ def test_merge_by_kind():
     assert len(merged) <= MAX_TRAJECTORY_CHARS and merged.endswith("4") and f"{many}1" not in merged
     assert merge_items("fact", "A is B.", "A is B indeed.", merger=lambda old, new: "A is B (merged).") == "A is B (merged)."
     assert merge_items("fact", "A is B.", "A is B indeed.", merger=lambda old, new: "  ") == "A is B indeed."
-    assert merge_items("fact", "A is B.", "A is C.", merger=lambda old, new: "y" * 10_000) == "A is C."
+    # an LM that rambles gives way to the heuristic, which keeps both; two statements too long to be one stay two
+    assert merge_items("fact", "A is B.", "A is C.", merger=lambda old, new: "y" * 10_000) == "A is C. A is B."
+    assert merge_items("fact", "A is B. " + "x" * 3_000, "A is C. " + "z" * 3_000) is None
 
 
 def test_statements_that_disagree_on_a_number_are_not_duplicates():

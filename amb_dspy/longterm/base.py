@@ -35,16 +35,8 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from amb_dspy.longterm.errors import (
-    ItemNotFoundError,
-    LongTermInputError,
-)
-from amb_dspy.longterm.merge import (
-    DEDUP_THRESHOLD,
-    Merger,
-    merge_items,
-    numbers_disagree,
-)
+from amb_dspy.longterm.errors import ItemNotFoundError, LongTermInputError
+from amb_dspy.longterm.merge import DEDUP_THRESHOLD, Merger, merge_items
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
     age_days,
@@ -55,6 +47,7 @@ from amb_dspy.longterm.scoring import (
     score,
     source_boost,
 )
+from amb_dspy.longterm.statements import different_facts
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
 
@@ -245,12 +238,14 @@ class LongTermStore(ABC):
         vector = self._embed(content)
         duplicate, similarity = self._closest(namespace, content, kind, vector)
         now = self.clock()
-        if duplicate is None or similarity < self.dedup_threshold:
+        close = duplicate is not None and similarity >= self.dedup_threshold
+        merged_content = merge_items(kind, duplicate.content, content, merge) if close else None
+        if duplicate is None or merged_content is None:  # nothing close enough, or too long to be one statement
             item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
             self._apply(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))
             return WriteOutcome(item, "added", similarity)
-        merged_content = check_content(merge_items(kind, duplicate.content, content, merge))
+        merged_content = check_content(merged_content)
         merged_metadata = duplicate.metadata.merged_with(metadata)
         merged = duplicate.model_copy(update={"content": merged_content, "metadata": merged_metadata,
                                               "updated_at": now, "source_boost": merged_metadata.boost()})
@@ -365,8 +360,8 @@ class LongTermStore(ABC):
 
     def closest(self, namespace: str, content: str, kind: str) -> tuple[MemoryItem | None, float]:
         """The item a write of ``content`` would merge into if the similarity reached ``dedup_threshold``,
-        and that similarity (``(None, 0.0)`` when there is none); writes nothing. Items whose numbers
-        disagree with the content's are never candidates (:func:`~amb_dspy.longterm.merge.numbers_disagree`)."""
+        and that similarity (``(None, 0.0)`` when there is none); writes nothing. An item the content is a
+        different fact from (:func:`~amb_dspy.longterm.statements.different_facts`) is never a candidate."""
         namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
         return self._closest(namespace, content, kind, self._embed(content))
 
@@ -376,7 +371,7 @@ class LongTermStore(ABC):
         best, best_similarity = None, 0.0
         for item, cosine in self._nearest(namespace, (kind,), vector, content, _DEDUP_CANDIDATES):
             similarity = hybrid_similarity(cosine, dice(tokens, tokenize(item.content)), self.alpha)
-            if (best is None or similarity > best_similarity) and not numbers_disagree(content, item.content):
+            if (best is None or similarity > best_similarity) and not different_facts(content, item.content):
                 best, best_similarity = item, similarity
         return best, best_similarity
 

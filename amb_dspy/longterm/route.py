@@ -15,7 +15,10 @@ completed subtasks) and returns a :class:`RouteDecision`. The heuristic rules:
 * **never written**: anything that looks like a secret (a password, an API key), a message that asks
   not to be remembered ("just this once", "don't remember"), and small talk;
 * **read**: every request for work (a question, an instruction) reads; small talk and pure statements
-  (a preference given, a fact told) do not.
+  (a preference given, a fact told) do not;
+* **mixed messages**: each sentence is routed on its own ("From now on answer in French. What is X?"
+  writes the preference and reads for the question); a secret or "don't remember" anywhere in the
+  message still keeps all of it out.
 
 A DSPy module (:class:`~amb_dspy.longterm.route_agent.MemoryRouter`, an optimizable agent) can decide
 instead: pass it as ``router``; when it fails or its answer is unusable the heuristic decides.
@@ -30,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amb_dspy.longterm.base import KINDS, MEMORY_KINDS, Kind, MemoryKind
+from amb_dspy.longterm.statements import sentences
 
 logger = logging.getLogger(__name__)
 
@@ -154,9 +158,31 @@ def _statement_rules(message: str) -> tuple[list[Kind], list[str]]:
     return kinds, reasons
 
 
+def message_parts(message: str) -> list[str]:
+    """The sentences of a message, each routed on its own: "From now on answer in French. What is X?" is
+    a preference told and a question asked. A message of one sentence is one part."""
+    text = " ".join((message or "").split())
+    return sentences(text) or ([text] if text else [])
+
+
+def told_statements(message: str) -> list[tuple[Kind, str]]:
+    """The parts of a message to keep, each with its kind (``preference`` or ``fact``): what a write
+    stores of the message itself, without the question beside it. Nothing when the message holds a
+    secret or asks not to be kept, wherever in it."""
+    if _DO_NOT_KEEP.search(message or ""):
+        return []
+    return [(kind, part) for part in message_parts(message) for kind in _statement_rules(part)[0]]
+
+
 def statement_kinds(message: str) -> tuple[Kind, ...]:
     """The kinds the message's own words are kept as (``preference`` or ``fact``), trace aside."""
-    return tuple(_statement_rules(message)[0])
+    return tuple(dict.fromkeys(kind for kind, _ in told_statements(message)))
+
+
+def _reads(part: str, told: bool) -> bool:
+    """Whether one part of a message asks for work: a request, not small talk, not a statement told
+    (unless it is put as a question)."""
+    return is_request(part) and not _SMALL_TALK.match(part) and (not told or is_question(part))
 
 
 def _trace_rules(trace: TaskTrace) -> tuple[list[Kind], list[str]]:
@@ -184,14 +210,20 @@ def _trace_rules(trace: TaskTrace) -> tuple[list[Kind], list[str]]:
 def heuristic_route(message: str, trace: TaskTrace | None = None, *, namespace: str = "default") -> RouteDecision:
     """The rules of this module's docstring, no LM."""
     text = " ".join((message or "").split())
-    kinds, reasons = _statement_rules(text)
+    parts = message_parts(text)
+    if len(parts) > 1 and not _DO_NOT_KEEP.search(text):
+        ruled = [_statement_rules(part) for part in parts]
+        kinds = list(dict.fromkeys(kind for part_kinds, _ in ruled for kind in part_kinds))
+        reasons = list(dict.fromkeys(reason for part_kinds, part_reasons in ruled if part_kinds
+                                     for reason in part_reasons))
+        should_read = any(_reads(part, bool(part_kinds)) for part, (part_kinds, _) in zip(parts, ruled))
+    else:
+        kinds, reasons = _statement_rules(text)
+        should_read = bool(text) and _reads(text, bool(kinds))
     if trace is not None and not _DO_NOT_KEEP.search(text):
         trace_kinds, trace_reasons = _trace_rules(trace)
         kinds += [k for k in trace_kinds if k not in kinds]
         reasons += trace_reasons
-    told = {"preference", "fact"} & set(kinds)
-    should_read = (bool(text) and is_request(text) and not _SMALL_TALK.match(text)
-                   and (not told or is_question(text)))
     reasons.append("asks for work: read first" if should_read else "nothing to look up" if text else "empty message")
     return RouteDecision(should_read=should_read, should_write=bool(kinds), namespaces=(namespace,),
                          kinds=tuple(kinds), reasons=tuple(reasons))

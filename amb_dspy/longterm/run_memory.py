@@ -20,7 +20,7 @@ from amb_dspy.longterm.errors import LongTermError
 from amb_dspy.longterm.redact import redact
 from amb_dspy.longterm.registry import open_store_with_fallback, store_exists
 from amb_dspy.longterm.remember import DEFAULT_RECALL_K, recall, remember_task
-from amb_dspy.longterm.route import RouteDecision, Router, route, statement_kinds
+from amb_dspy.longterm.route import RouteDecision, Router, route, told_statements
 from amb_dspy.longterm.summarize import summarize
 from amb_dspy.retrieval.embedding import Embedder
 
@@ -90,10 +90,10 @@ def remember_run(config: AmbConfig, embedder: Embedder, *, task_id: str, goal: s
     if store is None:
         return decision, [f"not remembered: {notice}"]
     try:
-        told = [kind for kind in statement_kinds(goal) if kind in decision.kinds]
-        statement = redact(goal).text if config.redact else goal
+        told = [(kind, redact(statement).text if config.redact else statement)
+                for kind, statement in told_statements(goal) if kind in decision.kinds]
         for namespace in decision.namespaces:
-            for kind in told:  # the message itself is the preference or the fact
+            for kind, statement in told:  # the message's own sentences that are a preference or a fact
                 store.write(namespace, statement, kind, task_id=task_id, reason="; ".join(decision.reasons))
             remember_task(store, namespace=namespace, task_id=task_id, goal=goal, answer=answer,
                           citations=citations, completed_tasks=completed_tasks, hops=hops,

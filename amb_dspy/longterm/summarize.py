@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from amb_dspy.longterm.merge import sentences as split_sentences
 from amb_dspy.longterm.remember import RECALL_HEADER, RecalledItem
 from amb_dspy.longterm.scoring import overlap
+from amb_dspy.longterm.statements import sentences as split_sentences
 from amb_dspy.retrieval.keyword import tokenize
 
 # A sentence most of whose words the block already holds is a restatement.
