@@ -25,7 +25,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -74,10 +74,17 @@ def item_point(item: MemoryItem, vector: np.ndarray):
                           "kind": item.kind})
 
 
+def audit_point(record: AuditRecord, seq: int, point: str | None = None):
+    """An audit row as a point without a vector. The row is kept as JSON text: a float payload field
+    comes back from the shard up to one unit in the last place off (``at`` would not round-trip)."""
+    return _edge().Point(point or str(uuid.uuid4()), {}, {
+        "type": "audit", "namespace": record.namespace, "item_id": record.item_id, "seq": seq,
+        "row": record.model_dump_json()})
+
+
 def audit_points(records: Sequence[AuditRecord]) -> list:
     first = time.time_ns()
-    return [_edge().Point(str(uuid.uuid4()), {}, {"type": "audit", **r.model_dump(), "seq": first + n})
-            for n, r in enumerate(records)]
+    return [audit_point(record, first + n) for n, record in enumerate(records)]
 
 
 def _item(payload: dict) -> MemoryItem:
@@ -102,11 +109,16 @@ class _Folder:
     def load(self) -> None:
         """(Re)build every index from the shard."""
         self.indexes = {}
+        self.put((p.payload["namespace"], p.payload["kind"], str(p.id), p.vector[VECTOR])
+                 for p in self.scroll(_match(type="item"), with_vector=True, payload=["namespace", "kind"]))
+
+    def put(self, rows: Iterable[tuple[str, str, str, Sequence[float]]]) -> None:
+        """Index ``(namespace, kind, point id, vector)`` rows, one batch per namespace and kind."""
         groups: dict[tuple[str, str], tuple[list[str], list]] = {}
-        for point in self.scroll(_match(type="item"), with_vector=True):
-            ids, vectors = groups.setdefault((point.payload["namespace"], point.payload["kind"]), ([], []))
-            ids.append(str(point.id))
-            vectors.append(point.vector[VECTOR])
+        for namespace, kind, pid, vector in rows:
+            ids, vectors = groups.setdefault((namespace, kind), ([], []))
+            ids.append(pid)
+            vectors.append(vector)
         for (namespace, kind), (ids, vectors) in groups.items():
             self.index(namespace, kind).put(ids, np.asarray(vectors, dtype=np.float32))
 
@@ -116,12 +128,12 @@ class _Folder:
             index = self.indexes[(namespace, kind)] = NearestIndex(self.dim)
         return index
 
-    def scroll(self, where, *, with_vector: bool = False) -> list:
+    def scroll(self, where, *, with_vector: bool = False, payload: bool | list[str] = True) -> list:
         qe = _edge()
         points, offset = [], None
         while True:
             page, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=_PAGE, filter=where,
-                                                              with_payload=True, with_vector=with_vector))
+                                                              with_payload=payload, with_vector=with_vector))
             points += page
             if offset is None:
                 return points
@@ -190,8 +202,7 @@ class QdrantEdgeStore(LongTermStore):
                 self._restore([point_id(i.id) for i, _ in change.added], old)
                 raise
             try:
-                for item, vector in upserts:
-                    folder.index(item.namespace, item.kind).put([point_id(item.id)], unit(vector)[None, :])
+                folder.put((item.namespace, item.kind, point_id(item.id), unit(vector)) for item, vector in upserts)
                 for item in change.removed:
                     folder.index(item.namespace, item.kind).remove([point_id(item.id)])
             except BaseException:
@@ -236,9 +247,10 @@ class QdrantEdgeStore(LongTermStore):
     def _audit_rows(self, namespace: str, item_id: str | None) -> list[AuditRecord]:
         where = _match(type="audit", namespace=namespace, **({"item_id": item_id} if item_id else {}))
         with self._folder.lock, self._reaching():
-            rows = [dict(point.payload) for point in self._folder.scroll(where)]
-        rows.sort(key=lambda row: (row["at"], row.get("seq", 0)))
-        return [AuditRecord(**{k: v for k, v in row.items() if k not in ("seq", "type")}) for row in rows]
+            rows = [(AuditRecord.model_validate_json(p.payload["row"]), p.payload["seq"])
+                    for p in self._folder.scroll(where)]
+        rows.sort(key=lambda row: (row[0].at, row[1]))
+        return [record for record, _ in rows]
 
     def close(self) -> None:
         with self._folder.lock:

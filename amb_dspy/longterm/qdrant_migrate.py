@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from amb_dspy.longterm.base import AuditRecord
 from amb_dspy.longterm.qdrant import _DIM_POINT, AUDIT, ITEMS_PREFIX, META
 
 _PAGE = 1_000
@@ -26,7 +27,7 @@ def migrate_client_folder(path: Path, target: Path, dim: int) -> int:
     import qdrant_client
     import qdrant_edge as qe
 
-    from amb_dspy.longterm.edge import open_shard
+    from amb_dspy.longterm.edge import audit_point, open_shard
 
     client = qdrant_client.QdrantClient(path=str(path))
     shard = None
@@ -44,7 +45,8 @@ def migrate_client_folder(path: Path, target: Path, dim: int) -> int:
                 page, offset = client.scroll(name, limit=_PAGE, offset=offset, with_payload=True,
                                              with_vectors=name != AUDIT)
                 if name == AUDIT:
-                    points = [qe.Point(str(p.id), {}, {"type": "audit", **p.payload}) for p in page]
+                    points = [audit_point(AuditRecord(**{k: v for k, v in p.payload.items() if k != "seq"}),
+                                          p.payload.get("seq", 0), str(p.id)) for p in page]
                 else:
                     points = [qe.Point(str(p.id), {"item": list(p.vector)}, {"type": "item", **p.payload})
                               for p in page]
