@@ -2,11 +2,12 @@
 
     python bench/longterm.py                                   # everything, both backends
     python bench/longterm.py --backend sqlite --max-items 10000
-    python bench/longterm.py --backend qdrant                  # Qdrant's embedded local mode
+    python bench/longterm.py --backend qdrant                  # Qdrant's local mode (Qdrant Edge)
+    python bench/longterm.py --backend qdrant-client           # qdrant-client's local mode (before Qdrant Edge)
     python bench/longterm.py --calibrate                       # the dedup threshold sweep (train_100)
 
 All parts use the real all-MiniLM-L6-v2 embedder and real stores (a SQLite file, an embedded Chroma,
-Qdrant's embedded local mode).
+a Qdrant Edge shard, qdrant-client's local mode).
 Paraphrases come from the templates of ``bench/longterm_paraphrase.py`` (no model: repeatable).
 
 (a) recall@k. Each dev question is remembered as a finished task through ``remember_task``, all in
@@ -19,9 +20,9 @@ Paraphrases come from the templates of ``bench/longterm_paraphrase.py`` (no mode
     paraphrases of each supporting fact are then written: a merge into that fact counts for
     ``merge_rate``; a merge into another item, and a held-out sentence (a different fact about the
     same entity) merged into anything, count for ``false_merge_rate``.
-(c) latency. Qdrant's stores over 1k items run in its local mode's in-memory variant: qdrant-client
+(c) latency. qdrant-client's stores over 1k items run in its local mode's in-memory variant: it
     persists every point with its own SQLite commit (about 20 ms here), and its search is the same
-    numpy code either way. Stores filled with N HotpotQA sentences (real embeddings; past the ~16k distinct
+    numpy code either way. Qdrant Edge stores are folders at every size. Stores filled with N HotpotQA sentences (real embeddings; past the ~16k distinct
     sentences, copies with a suffix and a slightly perturbed vector) by ``add_many``; then 200 writes
     of sentences not in the store (merge check included) and 200 searches (k=5) with real questions.
     Texts are embedded beforehand (served from the embedder's cache): the times are the store's own;
@@ -53,13 +54,14 @@ from longterm_paraphrase import fact_paraphrases, follow_up, question_paraphrase
 
 from amb_dspy.longterm import DEDUP_THRESHOLD, remember_task  # noqa: E402
 from amb_dspy.longterm.chroma import ChromaStore  # noqa: E402
+from amb_dspy.longterm.edge import QdrantEdgeStore  # noqa: E402
 from amb_dspy.longterm.qdrant import QdrantStore  # noqa: E402
 from amb_dspy.longterm.sqlite import SQLiteStore  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "datasets" / "hotpotqa"
 SIZES = (1_000, 10_000, 100_000)
-QDRANT_PERSISTED_MAX = 1_000  # larger Qdrant stores are filled in local mode's memory variant (same search code)
+QDRANT_PERSISTED_MAX = 1_000  # larger qdrant-client stores are filled in its memory variant (same search code)
 TIMED = 200
 
 
@@ -73,7 +75,9 @@ def open_store(backend: str, folder: Path, embedder):
     if backend == "sqlite":
         return SQLiteStore(folder / "longterm.sqlite3", embedder)
     if backend == "qdrant":
-        return QdrantStore.local(folder / "qdrant", embedder)
+        return QdrantEdgeStore.local(folder / "qdrant", embedder)
+    if backend == "qdrant-client":
+        return QdrantStore.local(folder / "qdrant-client", embedder)
     if backend == "qdrant-memory":
         return QdrantStore.memory(embedder)
     return ChromaStore.persistent(folder / "chroma", embedder)
@@ -189,7 +193,7 @@ def unit(x: np.ndarray) -> np.ndarray:
 def latency(backend: str, size: int, pool: list[str], vectors: np.ndarray, timed_writes: list[str],
             queries: list[str], embedder) -> dict[str, float]:
     rng = np.random.default_rng(size)
-    if backend == "qdrant" and size > QDRANT_PERSISTED_MAX:
+    if backend == "qdrant-client" and size > QDRANT_PERSISTED_MAX:
         backend = "qdrant-memory"  # qdrant-client commits each point on its own: 100k would take half an hour
     with tempfile.TemporaryDirectory() as folder:
         store = open_store(backend, Path(folder), embedder)
@@ -203,7 +207,7 @@ def latency(backend: str, size: int, pool: list[str], vectors: np.ndarray, timed
             store.add_many("bench", texts, "fact", vectors=batch)
         fill_s = time.perf_counter() - t0
         open_s = float("nan")
-        if backend in ("sqlite", "qdrant"):
+        if backend in ("sqlite", "qdrant", "qdrant-client"):
             store.close()  # reopened: the time to load the store
             t0 = time.perf_counter()
             store = open_store(backend, Path(folder), embedder)
@@ -230,7 +234,7 @@ def size_label(size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant", "both", "all"], default="both",
+    parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant", "qdrant-client", "both", "all"], default="both",
                         help="both: sqlite and chroma; all: the three")
     parser.add_argument("--max-items", type=int, default=max(SIZES), help="largest store size for the latency part")
     parser.add_argument("--n", type=int, default=300, help="HotpotQA dev questions for recall and merging")
@@ -264,7 +268,7 @@ def main() -> None:
     for i in range(30):
         embedder.embed([f"an uncached sentence number {i} to time one embedding"])
     summary["embed_ms"] = (time.perf_counter() - t0) / 30 * 1e3
-    print(f"{'backend':<8} {'part':<34} {'value':>10}")
+    print(f"{'backend':<13} {'part':<34} {'value':>10}")
     for backend in [] if args.skip_quality else backends:
         with tempfile.TemporaryDirectory() as folder:
             store = open_store(backend, Path(folder), embedder)
@@ -273,7 +277,7 @@ def main() -> None:
             quality.update(merge_rates(store, dev))
             store.close()
         for key, value in quality.items():
-            print(f"{backend:<8} {key:<34} {value:>10.3f}")
+            print(f"{backend:<13} {key:<34} {value:>10.3f}")
             summary[key if backend == "sqlite" or len(backends) == 1 else f"{key}_{backend}"] = round(value, 4)
 
     if not args.skip_latency:
@@ -289,13 +293,13 @@ def main() -> None:
         t0 = time.perf_counter()
         vectors = embedder.embed(pool)
         embedder.embed(timed_writes + queries)  # cached: the timed calls measure the store
-        print(f"{'-':<8} {f'embedded {len(pool)} sentences (s)':<34} {time.perf_counter() - t0:>10.1f}")
-        print(f"\n{'backend':<8} {'items':>7} {'fill_s':>8} {'open_s':>7} {'write_p50':>9} {'write_p95':>9} "
+        print(f"{'-':<13} {f'embedded {len(pool)} sentences (s)':<34} {time.perf_counter() - t0:>10.1f}")
+        print(f"\n{'backend':<13} {'items':>7} {'fill_s':>8} {'open_s':>7} {'write_p50':>9} {'write_p95':>9} "
               f"{'search_p50':>10} {'search_p95':>10} {'merged':>6}")
         for size in [s for s in SIZES if s <= args.max_items] or [args.max_items]:
             for backend in backends:
                 row = latency(backend, size, pool, vectors, timed_writes, queries, embedder)
-                print(f"{backend:<8} {size:>7} {row['fill_s']:>8.1f} {row['open_s']:>7.1f} {row['write_p50']:>9.2f} "
+                print(f"{backend:<13} {size:>7} {row['fill_s']:>8.1f} {row['open_s']:>7.1f} {row['write_p50']:>9.2f} "
                       f"{row['write_p95']:>9.2f} {row['search_p50']:>10.2f} {row['search_p95']:>10.2f} "
                       f"{row['merged_writes']:>6}", flush=True)
                 label = size_label(size)

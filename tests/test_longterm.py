@@ -1,7 +1,7 @@
 """Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server,
-Qdrant's embedded local mode).
+Qdrant's local mode (Qdrant Edge), and qdrant-client's own local mode, the client code a server runs).
 
-Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-client, and a
+Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-edge, qdrant-client, and a
 ``chroma run`` server on 127.0.0.1 started by the ``chroma_url`` fixture. No Qdrant server binary is
 to be had from PyPI or Debian, so the Qdrant server path is tested against refusing addresses only
 (tests/test_longterm_fallback.py). Each test works in its own namespace, so
@@ -35,11 +35,12 @@ from amb_dspy.longterm import (
     remember_task,
 )
 from amb_dspy.longterm.chroma import ChromaStore
+from amb_dspy.longterm.edge import QdrantEdgeStore
 from amb_dspy.longterm.qdrant import QdrantStore
 from amb_dspy.longterm.scoring import decay
 from amb_dspy.longterm.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant"]
+BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant", "qdrant-client"]
 DAY = 86_400.0
 
 
@@ -109,7 +110,9 @@ def make_store(request, tmp_path, embedder):
         elif request.param == "chroma":
             store = ChromaStore.persistent(tmp_path / "chroma", model, **options)
         elif request.param == "qdrant":
-            store = QdrantStore.local(tmp_path / "qdrant", model, **options)
+            store = QdrantEdgeStore.local(tmp_path / "qdrant", model, **options)
+        elif request.param == "qdrant-client":
+            store = QdrantStore.local(tmp_path / "qdrant-client", model, **options)
         else:
             store = ChromaStore.http(request.getfixturevalue("chroma_url"), model, **options)
         opened.append(store)
@@ -350,12 +353,14 @@ def test_store_that_cannot_be_opened_is_a_one_line_notice(tmp_path, embedder, ca
 
 
 def test_registry_opens_the_configured_backend(tmp_path, embedder, chroma_url):
-    for backend, url, kind in [("sqlite", "", SQLiteStore), ("chroma", "", ChromaStore), ("chroma", chroma_url, ChromaStore)]:
+    for backend, url, kind in [("sqlite", "", SQLiteStore), ("chroma", "", ChromaStore), ("chroma", chroma_url, ChromaStore),
+                               ("qdrant", "", QdrantEdgeStore)]:
         store, notice = open_store_or_notice(AmbConfig(storage_dir=tmp_path, longterm_backend=backend,
                                                        longterm_url=url), embedder=embedder)
         assert notice is None and isinstance(store, kind)
         store.close()
     assert (tmp_path / "longterm.sqlite3").is_file() and (tmp_path / "longterm-chroma").is_dir()
+    assert (tmp_path / "longterm-qdrant" / "edge" / "edge_config.json").is_file()
 
 
 def test_sqlite_write_that_cannot_commit_leaves_nothing(tmp_path, embedder):
@@ -396,7 +401,7 @@ def test_chroma_never_uses_its_own_embedding_function(tmp_path, embedder, monkey
         assert collection.configuration.get("embedding_function") is None, collection.name
 
 
-def test_qdrant_change_that_fails_midway_leaves_nothing(tmp_path, embedder, monkeypatch):
+def test_qdrant_client_change_that_fails_midway_leaves_nothing(tmp_path, embedder, monkeypatch):
     store = QdrantStore.local(tmp_path / "qdrant", embedder)
     kept = store.write("ns", DERRICKSON, "fact").item
     client = store._client

@@ -1,8 +1,8 @@
 """A long-term backend that cannot be reached never fails a run: the local SQLite store takes over, and
 with AMB_LONGTERM_DUAL_WRITE=1 the server is caught up on the next connection.
 
-Real parts throughout: qdrant-client (a refusing address on 127.0.0.1, and an embedded Qdrant folder
-held by another process), a real ``chroma run`` server stopped mid-run and started again, SQLite, the
+Real parts throughout: qdrant-client (a refusing address on 127.0.0.1), a Qdrant Edge folder
+held by another process, a real ``chroma run`` server stopped mid-run and started again, SQLite, the
 embedder and the bank. No Qdrant server binary is to be had from PyPI or Debian, so the server stopped
 mid-run is Chroma's; the code path (DualStore) is the same for every backend.
 """
@@ -22,7 +22,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.longterm import open_store_with_fallback
 from amb_dspy.longterm.chroma import ChromaStore
 from amb_dspy.longterm.dual import JOURNAL_NAME, DualStore
-from amb_dspy.longterm.qdrant import FOLDER_NAME, QdrantStore
+from amb_dspy.longterm.edge import FOLDER_NAME, QdrantEdgeStore
 from amb_dspy.longterm.sqlite import FILE_NAME, SQLiteStore
 
 DANUBE = "The Danube is the second-longest river in Europe, after the Volga."
@@ -55,17 +55,17 @@ def test_a_run_with_an_unreachable_qdrant_server_and_dual_writes_goes_on_and_jou
 
 HOLD = """
 import sys
-from qdrant_client import QdrantClient
-client = QdrantClient(path=sys.argv[1])
+import qdrant_edge
+shard = qdrant_edge.EdgeShard.load(sys.argv[1] + "/edge")
 print("holding", flush=True)
 sys.stdin.readline()
-client.close()
+shard.close()
 """
 
 
 def test_a_qdrant_folder_held_elsewhere_is_caught_up_on_the_next_connection(tmp_path, embedder):
     config = AmbConfig(storage_dir=tmp_path, longterm_backend="qdrant", longterm_dual_write=True)
-    QdrantStore.local(tmp_path / FOLDER_NAME, embedder).close()  # the folder exists, with its collections
+    QdrantEdgeStore.local(tmp_path / FOLDER_NAME, embedder).close()  # the folder exists, with its shard
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str((tmp_path / FOLDER_NAME).resolve())],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:

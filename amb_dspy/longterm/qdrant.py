@@ -1,15 +1,15 @@
-"""Qdrant backend (``qdrant-client``): embedded local mode on a folder, or a Qdrant server.
+"""Qdrant through ``qdrant-client``: a Qdrant server, or qdrant-client's own local mode on a folder.
 
-* ``QdrantStore.local(path, embedder)``: ``QdrantClient(path=...)``, Qdrant's embedded mode (numpy,
-  persisted in a SQLite file inside the folder), the default for ``AMB_LONGTERM_BACKEND=qdrant``.
-  Local mode lets one client at a time open a folder; every store of this process on the same folder
-  shares one client (so a second handle sees the first one's changes at once), and a folder held by
-  another process is a :class:`StoreUnavailableError` (the run then goes on with the SQLite store).
-  qdrant-client persists each point with its own SQLite commit, so a write costs tens of
-  milliseconds on a slow disk and a bulk load of 100k items takes long; search is numpy over the
-  collection in memory (``QdrantStore.memory`` runs the same code without a folder);
 * ``QdrantStore.server(url, embedder, api_key=...)``: a Qdrant server (``AMB_LONGTERM_URL``, and
-  ``AMB_LONGTERM_API_KEY``), checked at once: a server that does not answer fails the open.
+  ``AMB_LONGTERM_API_KEY``), checked at once: a server that does not answer fails the open;
+* ``QdrantStore.local(path, embedder)``: ``QdrantClient(path=...)``, qdrant-client's local mode (numpy,
+  persisted in SQLite files inside the folder). ``AMB_LONGTERM_BACKEND=qdrant`` no longer opens it: its
+  search is a brute-force numpy scan in float64 (152 ms at 100k items) and every point is its own
+  SQLite commit; Qdrant Edge (:mod:`.edge`) is the local mode now, and copies such a folder on its first
+  open (:mod:`.qdrant_migrate`). It stays as the same client code a server runs, testable without one.
+  Local mode lets one client at a time open a folder; every store of this process on the same folder
+  shares one client, and a folder held by another process is a :class:`StoreUnavailableError`;
+* ``QdrantStore.memory(embedder)``: the local mode without a folder.
 
 Items live in one collection per namespace and kind, named from a hash of the namespace as in
 :mod:`.chroma`: a search needs no payload filter. Vectors are stored unit-length under the dot

@@ -2,7 +2,7 @@
 
 ``AMB_LONGTERM_BACKEND`` names the backend (``sqlite``, the default, ``chroma`` or ``qdrant``);
 ``AMB_LONGTERM_URL`` points Chroma or Qdrant at a server (``AMB_LONGTERM_API_KEY`` for Qdrant's), else
-it is embedded. Embedded stores live under ``AMB_STORAGE_DIR``: ``longterm.sqlite3``, or the folder
+it is embedded (Qdrant's: a Qdrant Edge shard, :mod:`.edge`). Embedded stores live under ``AMB_STORAGE_DIR``: ``longterm.sqlite3``, or the folder
 ``longterm-chroma`` or ``longterm-qdrant``.
 
 :func:`open_store_with_fallback` is what a run uses: a configured backend that cannot be reached
@@ -37,11 +37,13 @@ def _chroma(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermSto
 
 
 def _qdrant(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
-    from amb_dspy.longterm.qdrant import FOLDER_NAME, QdrantStore
-
     if config.longterm_url:
+        from amb_dspy.longterm.qdrant import QdrantStore
+
         return QdrantStore.server(config.longterm_url, embedder, api_key=config.longterm_api_key, **options)
-    return QdrantStore.local(config.storage_dir / FOLDER_NAME, embedder, **options)
+    from amb_dspy.longterm.edge import FOLDER_NAME, QdrantEdgeStore
+
+    return QdrantEdgeStore.local(config.storage_dir / FOLDER_NAME, embedder, **options)
 
 
 BACKENDS: dict[str, Callable[[AmbConfig, Embedder, dict], LongTermStore]] = {
