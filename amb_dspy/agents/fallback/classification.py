@@ -41,7 +41,7 @@ from collections import Counter
 import numpy as np
 
 from amb_dspy.agents.base import dedupe, fallback_context, fallback_keywords
-from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, paragraph_breaks, segment, split_sentences
+from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, paragraph_breaks, split_sentences
 from amb_dspy.agents.classification import ClassificationAgent, ClassificationOutput, Cluster
 from amb_dspy.agents.fallback.similarity import centrality, direction, embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
@@ -77,7 +77,7 @@ def classify_by_similarity(
     embedder = embedder_or_default(embedder)
     limit = agent.window
     low, high = agent.topic_tokens
-    segments = segment(context, min(agent.max_segment_tokens, limit, high), agent.count_tokens)
+    segments = agent.topic_segments(context, limit)
     sentences = [[s.strip() for s in split_sentences(seg) if s.strip()] or [seg] for seg in segments]
     flat = [s for group in sentences for s in group]
     vectors = embed(embedder, flat)
@@ -85,7 +85,7 @@ def classify_by_similarity(
     segment_vectors = [direction(vectors[starts[i]:starts[i + 1]]) for i in range(len(segments))]
 
     spans = locate(context, segments)
-    groups = _adjacent_groups(segment_vectors, segments, agent.count_tokens, (low, min(high, limit)),
+    groups = _adjacent_groups(segment_vectors, segments, agent.count_topic_tokens, (low, high),
                               paragraph_breaks(context, spans))
     texts = ["\n\n".join(segments[i] for i in members) for members in groups]
     keywords = _bm25_keywords(texts)
