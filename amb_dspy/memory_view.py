@@ -48,12 +48,15 @@ from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
 LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
 NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
 SPREAD_WEIGHT = 0.3
 SPREAD_SEEDS = 1  # the best lines whose terms seed the spreading, beside the question's terms
 SUMMARY_LINES = 3
+INDEX_LABEL = int(os.environ.get("X_INDEX_LABEL", "1"))
+EMBED_LABEL = int(os.environ.get("X_EMBED_LABEL", "0"))
 
 
 @dataclass(frozen=True)
@@ -103,8 +106,14 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return short
 
 
+def label_of(line: str) -> str:
+    """What a line says of itself before its content: its date stamp and speaker ("[8 May, 2023] Caroline:")."""
+    match = _LABEL.match(line)
+    return match.group(0).strip() if match else ""
+
+
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
-    """``(start, end)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
+    """``(start, end, line_start)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
     a span may begin or end inside one), long lines cut at sentence ends."""
     start = text.rfind("\n", 0, start) + 1
     end = len(text) if (cut := text.find("\n", max(end - 1, start))) < 0 else cut
@@ -114,14 +123,32 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_t
         if not line.strip():
             continue
         if count(line) <= line_tokens:
-            yield line_start, line_start + len(line)
+            yield line_start, line_start + len(line), line_start
             continue
         cursor = 0
         for sentence in _SENTENCE_END.split(line):
             offset = line.index(sentence, cursor)
             cursor = offset + len(sentence)
             if sentence.strip():
-                yield line_start + offset, line_start + cursor
+                yield line_start + offset, line_start + cursor, line_start
+
+
+def interleave(first: list[int], second: list[int], share: float) -> list[int]:
+    """Both rankings merged, each item once: ``first`` gives the next item while it has given under ``share`` of
+    those taken so far, ``second`` otherwise."""
+    out, seen, a, b = [], set(), 0, 0
+    taken_first = 0
+    while a < len(first) or b < len(second):
+        if a < len(first) and (taken_first < share * (len(out) + 1) or b >= len(second)):
+            item, a = first[a], a + 1
+            if item not in seen:
+                taken_first += 1
+        else:
+            item, b = second[b], b + 1
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out
 
 
 class MemoryView:
@@ -130,7 +157,7 @@ class MemoryView:
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
                  node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
-                 line_tokens: int = LINE_TOKENS, count: Callable[[str], int] = estimate_tokens):
+                 line_tokens: int = LINE_TOKENS, flat_share: float = 0.0, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
@@ -138,7 +165,7 @@ class MemoryView:
         self.node_weight, self.hop_weight, self.line_tokens = node_weight, hop_weight, line_tokens
         self.count = functools.lru_cache(maxsize=100_000)(count)
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
-        self.spread_seeds = spread_seeds
+        self.spread_seeds, self.flat_share = spread_seeds, flat_share
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, each line's nodes, the spreading graph), rebuilt when the graph changes
         self._lines: tuple = (None, [], None, [], None)
@@ -162,26 +189,29 @@ class MemoryView:
                           for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
             return self._lines[1:]
-        entries, position, lines, holders = self.store.tree.entries, {}, [], []
+        entries, position, lines, holders, indexed = self.store.tree.entries, {}, [], [], []
         for node in self.store.graph.nodes_dict.values():
             for source in node.sources:
                 text = entries[source.entry_id].text
                 for span in source.spans:
-                    for start, end in _pieces(text, *span, self.count, self.line_tokens):
+                    for start, end, line_start in _pieces(text, *span, self.count, self.line_tokens):
                         key = (source.entry_id, start, end)
                         if key not in position:
                             position[key] = len(lines)
                             lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
+                            label = label_of(text[line_start:start]) if start > line_start else ""
+                            indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
                             holders.append([])
                         holders[position[key]].append(node.id)
-        new = [line.text for line in lines if line.text not in self._vectors]
+        embedded = indexed if EMBED_LABEL else [line.text for line in lines]
+        new = list(dict.fromkeys(t for t in embedded if t not in self._vectors))
         if new:
             self._vectors.update(zip(new, self.store.embedder.embed(new)))
         index = spreading = None
         if lines:
             index = HybridIndex(self.store.embedder.dim)
-            index.add_many([str(i) for i in range(len(lines))], [line.text for line in lines],
-                           np.stack([self._vectors[line.text] for line in lines]))
+            index.add_many([str(i) for i in range(len(lines))], indexed if INDEX_LABEL else [line.text for line in lines],
+                           np.stack([self._vectors[t] for t in embedded]))
             nodes = list(self.store.graph.nodes_dict.values())
             number = {node.id: i for i, node in enumerate(nodes)}
             links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
@@ -218,6 +248,11 @@ class MemoryView:
             scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i])
                            + self.context_weight * context + self.spread_weight * float(spread[i]), i))
         scored.sort(key=lambda pair: (-pair[0], pair[1]))
+        if self.flat_share:
+            by_line = {i: score for score, i in scored}
+            plain = sorted(own, key=lambda i: (-own[i], i))
+            return [replace(lines[i], score=round(by_line[i], 6))
+                    for i in interleave(plain, [i for _, i in scored], self.flat_share)]
         return [replace(lines[i], score=round(score, 6)) for score, i in scored]
 
     @staticmethod

@@ -175,7 +175,9 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     assert sum(line.startswith("[") for line in undated) < len(undated) / 2
     assert "Lost my job as a banker" in evidence
     summary = MemoryAdapter(bank.store).memory_text(doc)
-    assert summary.startswith("Memory 1 (node ") and "Summary: " in summary
+    assert summary.startswith("Memory 1 (node ") and "Summary: " in summary and estimate_tokens(summary) <= 1000
+    tight = MemoryAdapter(bank.store, budget=120).memory_text(doc)  # the summary view keeps the budget too
+    assert tight.startswith("Memory 1 (node ") and estimate_tokens(tight) <= 120
     assert short_ids(["abcdef123", "abcdef129", "ffff0000aa"]) == {"abcdef123": "abcdef123", "abcdef129": "abcdef129",
                                                                    "ffff0000aa": "ffff0000"}
     with pytest.raises(ValueError, match="unknown memory view"):
