@@ -16,9 +16,15 @@ Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
 The evidence view's ranking also spreads over the graph (:mod:`amb_dspy.retrieval.spreading`): lines,
 the nodes that hold them and the rare terms they share form one graph, and a personalized PageRank seeded
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
-line that shares only a bridge name with the first still ranks. Lines are shown with their relative dates
-resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest recorded them), and a run of
-lines with one date stamp (``[8 May, 2023] ...``) shows the stamp once.
+line that shares only a bridge name with the first still ranks. A question line's own score counts
+``ask_weight`` (in a dialogue the answer is the turn after it), a long turn's later sentences are indexed with
+its stamp and speaker (:func:`label_of`), and ``flat_share`` of the ranking is the lines' own scores' order,
+interleaved (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push
+out every line that plain retrieval would have shown; the arithmetic is
+:class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
+their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
+recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
+shows it once.
 
 The summary view shows a node's summary when it fits; when it does not, the node's topic and its
 ``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
@@ -49,15 +55,17 @@ from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
 _LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
 LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
 NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
 SPREAD_WEIGHT = 0.3
-SPREAD_SEEDS = 1  # the best lines whose terms seed the spreading, beside the question's terms
+SPREAD_SEEDS = 3  # the best lines whose terms seed the spreading, beside the question's terms
 SUMMARY_LINES = 3
-FLAT_SHARE = float(os.environ.get("X_FLAT_SHARE", "0"))
-ASK_WEIGHT = float(os.environ.get("X_ASK", "1"))
+FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before the graph's additions
+ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
+SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
 
 
 @dataclass(frozen=True)
@@ -96,7 +104,14 @@ def _header_cost(node_id: str, count: Callable[[str], int]) -> int:
     return count(_header(_dearest_id(node_id))) + 2
 
 
-def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+def day_stamp(line: str) -> str:
+    """The line's date stamp as shown, without a time of day ("1:56 pm on 8 May, 2023" -> "8 May, 2023"): a
+    date is what questions ask, and a stamp costs 19 tokens with its time and 11 without."""
+    stamp = stamp_of(line)
+    return _TIME_OF_DAY.sub("", stamp) or stamp
+
+
+def short_ids(ids: list[str], least: int = SHORT_ID) -> dict[str, str]:
     """Each id's shortest prefix of at least ``least`` characters that no other id starts with."""
     ordered = sorted(ids)
     short = {}
@@ -275,7 +290,7 @@ class MemoryView:
         out, stamp = [], None
         for line in lines:
             text = self.dated(line)
-            own = stamp_of(text)
+            own = day_stamp(text)
             if own:
                 if own != stamp:
                     out.append(f"[{own}]")
@@ -289,7 +304,7 @@ class MemoryView:
         key = (line.entry_id, line.start, line.end)
         if key not in self._costs:
             text = self.dated(line)
-            own = stamp_of(text)
+            own = day_stamp(text)
             self._costs[key] = ((own, self.count(text[text.index("]") + 1:].lstrip()) + 1, self.count(f"[{own}]") + 1)
                                 if own else ("", self.count(text) + 1, 0))
         own, cost, stamp_cost = self._costs[key]
