@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from test_recall_view import store_of
 
-from amb_dspy.memory_view import MemoryView, label_of
+from amb_dspy.memory_view import MemoryView, day_stamp, label_of
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 
 
@@ -38,7 +38,8 @@ def test_a_long_turns_later_sentence_is_found_by_its_speaker(embedder):
     others = [f"[3:10 pm on 9 May, 2023] {name}: I fixed the {thing} this morning." for name, thing in
               (("Jon", "car"), ("Gina", "roof"), ("Dave", "fence"), ("Ann", "sink"), ("Tom", "door"), ("Sue", "bike"))]
     store, text = store_of(embedder, [[turn] for turn in turns + others])
-    assert label_of(turns[1]) == "[3:05 pm on 9 May, 2023] Melanie:"
+    assert label_of(turns[1]) == "[3:05 pm on 9 May, 2023] Melanie:" and label_of("The Seine flows.") == ""
+    assert day_stamp(turns[1]) == "9 May, 2023" and day_stamp("[9 May, 2023] x") == "9 May, 2023"
     ranked = MemoryView(store, spread_weight=0.0, context_weight=0.0, node_weight=0.0).ranked_evidence(
         "Where did Melanie go with the kids?")
     lake = [line for line in ranked if line.text == "We went to the lake with the kids."]
