@@ -89,14 +89,15 @@ def validation_text(result: ExecutionResult) -> str:
 
 
 class MemoryAdapter:
-    """``view="evidence"`` writes ``<memory>`` as the raw source lines ranked through the graph, at most
-    ``budget`` tokens (:mod:`amb_dspy.memory_view`); ``"summary"`` is the spec's block of top-k nodes."""
+    """``<memory>`` in one of :mod:`amb_dspy.memory_view`'s views, at most ``budget`` tokens: ``view="evidence"``
+    the raw source lines ranked through the graph, ``"summary"`` the spec's node blocks (a node whose summary does
+    not fit shows its topic and best lines)."""
 
     def __init__(self, store: MemoryStore, *, k: int = 5, alpha: float = 0.5, view: str = "summary",
                  budget: int = 1000):
         self.store = store
         self.k, self.alpha = k, alpha
-        self.view = MemoryView(store, view=view, k=k, alpha=alpha) if view != "summary" else None
+        self.view = MemoryView(store, view=view, k=k, alpha=alpha)
         self.budget = budget
         self.recalled = ""  # long-term memory's lines "from earlier tasks"
 
@@ -108,14 +109,11 @@ class MemoryAdapter:
         return self.store.retrieve_for_text(query, k=self.k, alpha=self.alpha)
 
     def memory_text(self, doc: InsightDoc, budget: int | None = None) -> str:
-        """The <memory> section's text for ``doc``'s pending task (or its goal), in the configured view
-        (the evidence view within ``budget`` tokens, default ``self.budget``), then what long-term memory
-        recalled from earlier tasks (``recalled``, set by the bank)."""
+        """The <memory> section's text for ``doc``'s pending task (or its goal), in the configured view within
+        ``budget`` tokens (default ``self.budget``), then what long-term memory recalled from earlier tasks
+        (``recalled``, set by the bank)."""
         query = doc.current_task or doc.task_goal
-        if self.view is not None and query and len(self.store.graph):
-            text = self.view.block(query, budget or self.budget) or NO_MEMORY
-        else:
-            text = format_memory(self.memory_for(doc))
+        text = (self.view.block(query, budget or self.budget) if query and len(self.store.graph) else "") or NO_MEMORY
         return f"{text}\n\n{self.recalled}" if self.recalled else text
 
     def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = (), budget: int | None = None) -> str:

@@ -54,7 +54,7 @@ class AmbConfig(BaseSettings):
     memory_view: Literal["summary", "evidence"] = Field(
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory_view; AMB_MEMORY_VIEW)")
-    memory_tokens: int = Field(1000, ge=50, description="token budget of the evidence view's <memory> block")
+    memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")
     embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
     embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
         "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")

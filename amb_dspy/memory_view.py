@@ -16,9 +16,15 @@ Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
 The evidence view's ranking also spreads over the graph (:mod:`amb_dspy.retrieval.spreading`): lines,
 the nodes that hold them and the rare terms they share form one graph, and a personalized PageRank seeded
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
-line that shares only a bridge name with the first still ranks. Lines are shown with their relative dates
-resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest recorded them), and a run of
-lines with one date stamp (``[8 May, 2023] ...``) shows the stamp once.
+line that shares only a bridge name with the first still ranks. A question line's own score counts
+``ask_weight`` (in a dialogue the answer is the turn after it), a long turn's later sentences are indexed with
+its stamp and speaker (:func:`label_of`), and ``flat_share`` of the ranking is the lines' own scores' order,
+interleaved (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push
+out every line that plain retrieval would have shown; the arithmetic is
+:class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
+their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
+recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
+shows it once.
 
 The summary view shows a node's summary when it fits; when it does not, the node's topic and its
 ``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
@@ -34,7 +40,7 @@ import functools
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,17 +49,23 @@ from amb_dspy.dates import resolve_dates, stamp_of
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
 
 VIEWS = ("summary", "evidence")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
+_LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
 LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
 NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
 SPREAD_WEIGHT = 0.3
-SPREAD_SEEDS = 1  # the best lines whose terms seed the spreading, beside the question's terms
+SPREAD_SEEDS = 3  # the best lines whose terms seed the spreading, beside the question's terms
 SUMMARY_LINES = 3
+FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before the graph's additions
+ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
+SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,14 @@ def _header_cost(node_id: str, count: Callable[[str], int]) -> int:
     return count(_header(_dearest_id(node_id))) + 2
 
 
-def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+def day_stamp(line: str) -> str:
+    """The line's date stamp as shown, without a time of day ("1:56 pm on 8 May, 2023" -> "8 May, 2023"): a
+    date is what questions ask, and a stamp costs 19 tokens with its time and 11 without."""
+    stamp = stamp_of(line)
+    return _TIME_OF_DAY.sub("", stamp) or stamp
+
+
+def short_ids(ids: list[str], least: int = SHORT_ID) -> dict[str, str]:
     """Each id's shortest prefix of at least ``least`` characters that no other id starts with."""
     ordered = sorted(ids)
     short = {}
@@ -103,8 +122,14 @@ def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
     return short
 
 
+def label_of(line: str) -> str:
+    """What a line says of itself before its content: its date stamp and speaker ("[8 May, 2023] Caroline:")."""
+    match = _LABEL.match(line)
+    return match.group(0).strip() if match else ""
+
+
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
-    """``(start, end)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
+    """``(start, end, line_start)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
     a span may begin or end inside one), long lines cut at sentence ends."""
     start = text.rfind("\n", 0, start) + 1
     end = len(text) if (cut := text.find("\n", max(end - 1, start))) < 0 else cut
@@ -114,14 +139,19 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_t
         if not line.strip():
             continue
         if count(line) <= line_tokens:
-            yield line_start, line_start + len(line)
+            yield line_start, line_start + len(line), line_start
             continue
         cursor = 0
         for sentence in _SENTENCE_END.split(line):
             offset = line.index(sentence, cursor)
             cursor = offset + len(sentence)
             if sentence.strip():
-                yield line_start + offset, line_start + cursor
+                yield line_start + offset, line_start + cursor, line_start
+
+
+def _scored(line: Evidence, score: float) -> Evidence:
+    """``line`` with its score (``dataclasses.replace`` costs ten times as much, on every line of every block)."""
+    return Evidence(line.entry_id, line.start, line.end, line.text, line.node_id, round(score, 6))
 
 
 class MemoryView:
@@ -130,7 +160,7 @@ class MemoryView:
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
                  node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
-                 line_tokens: int = LINE_TOKENS, count: Callable[[str], int] = estimate_tokens):
+                 line_tokens: int = LINE_TOKENS, flat_share: float = FLAT_SHARE, ask_weight: float = ASK_WEIGHT, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
@@ -138,11 +168,14 @@ class MemoryView:
         self.node_weight, self.hop_weight, self.line_tokens = node_weight, hop_weight, line_tokens
         self.count = functools.lru_cache(maxsize=100_000)(count)
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
-        self.spread_seeds = spread_seeds
+        self.spread_seeds, self.flat_share, self.ask_weight = spread_seeds, flat_share, ask_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, each line's nodes, the spreading graph), rebuilt when the graph changes
-        self._lines: tuple = (None, [], None, [], None)
+        self._lines: tuple = (None, [], None, [], None, None)
         self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
+        # (entry id, start, end) -> the line as shown, and (its stamp, its cost without, the stamp's cost)
+        self._dated: dict[tuple[str, int, int], str] = {}
+        self._costs: dict[tuple[str, int, int], tuple[str, int, int]] = {}
 
     # --- ranking -----------------------------------------------------------------------------
     def node_scores(self, query: str, vector: np.ndarray) -> dict[str, float]:
@@ -155,41 +188,45 @@ class MemoryView:
                 scores[neighbour] = max(scores.get(neighbour, 0.0), self.hop_weight * score)
         return scores
 
-    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]], SpreadingGraph | None]:
+    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]], SpreadingGraph | None,
+                                   LineTable | None]:
         """The source lines of every node (each line once, with the first node that holds it), their index,
-        the ids of all the nodes that hold each line, and the graph the ranking spreads over."""
+        the ids of all the nodes that hold each line, the graph the ranking spreads over, and the lines' table."""
         signature = tuple((node.id, tuple(node.sources), tuple(sorted(node.links)), tuple(node.keywords))
                           for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
             return self._lines[1:]
-        entries, position, lines, holders = self.store.tree.entries, {}, [], []
+        entries, position, lines, holders, indexed = self.store.tree.entries, {}, [], [], []
         for node in self.store.graph.nodes_dict.values():
             for source in node.sources:
                 text = entries[source.entry_id].text
                 for span in source.spans:
-                    for start, end in _pieces(text, *span, self.count, self.line_tokens):
+                    for start, end, line_start in _pieces(text, *span, self.count, self.line_tokens):
                         key = (source.entry_id, start, end)
                         if key not in position:
                             position[key] = len(lines)
                             lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
+                            # a long line's later sentences are found by its stamp and speaker too
+                            label = label_of(text[line_start:start]) if start > line_start else ""
+                            indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
                             holders.append([])
                         holders[position[key]].append(node.id)
-        new = [line.text for line in lines if line.text not in self._vectors]
+        new = list(dict.fromkeys(line.text for line in lines if line.text not in self._vectors))
         if new:
             self._vectors.update(zip(new, self.store.embedder.embed(new)))
-        index = spreading = None
+        index = spreading = table = None
         if lines:
             index = HybridIndex(self.store.embedder.dim)
-            index.add_many([str(i) for i in range(len(lines))], [line.text for line in lines],
-                           np.stack([self._vectors[line.text] for line in lines]))
+            index.add_many([str(i) for i in range(len(lines))], indexed, np.stack([self._vectors[line.text] for line in lines]))
             nodes = list(self.store.graph.nodes_dict.values())
             number = {node.id: i for i, node in enumerate(nodes)}
             links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
-            spreading = SpreadingGraph([tokenize(line.text) for line in lines],
-                                       [[number[n] for n in held] for held in holders],
+            numbered = [[number[n] for n in held] for held in holders]
+            spreading = SpreadingGraph([tokenize(line.text) for line in lines], numbered,
                                        [tokenize(" ".join(node.keywords)) for node in nodes], links)
-        self._lines = (signature, lines, index, holders, spreading)
-        return lines, index, holders, spreading
+            table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines])
+        self._lines = (signature, lines, index, holders, spreading, table)
+        return lines, index, holders, spreading, table
 
     def ranked_nodes(self, query: str, vector: np.ndarray | None = None) -> list[QueryGraphNode]:
         """All nodes, best first by :meth:`node_scores` (a top node's neighbours follow it in the ranking)."""
@@ -201,35 +238,27 @@ class MemoryView:
         return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
 
     def ranked_evidence(self, query: str) -> list[Evidence]:
-        """Every source line, best first by ``line score + node_weight x node score + context_weight x best
-        neighbour's score + spread_weight x its share of the spreading``."""
-        lines, index, holders, spreading = self._line_index()
+        """Every source line, best first by ``line score (x ask_weight for a question) + node_weight x node score
+        + context_weight x best neighbour's score + spread_weight x its share of the spreading``; with
+        ``flat_share``, that ranking interleaved with the lines' own scores' (a share of the block for them)."""
+        lines, index, _holders, spreading, table = self._line_index()
         if index is None:
             return []
         vector = self.store.embedder.embed([query])[0]
-        nodes = self.node_scores(query, vector)
-        own = {int(key): score for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha)}
-        seeds = dict(sorted(own.items(), key=lambda pair: (-pair[1], pair[0]))[:self.spread_seeds])
+        node_scores = self.node_scores(query, vector)
+        nodes = np.array([node_scores.get(node_id, 0.0) for node_id in self.store.graph.nodes_dict])
+        own = np.zeros(len(lines))
+        for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
+            own[int(key)] = score
+        plain = best_first(own)
+        seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
         spread = spreading.spread(tokenize(query), seeds) if self.spread_weight else np.zeros(len(lines))
-        beside = self._adjacent(lines)
-        scored = []
-        for i, score in own.items():  # a line shared by several nodes takes the best one's score
-            context = max((own.get(j, 0.0) for j in beside[i]), default=0.0)
-            scored.append((score + self.node_weight * max(nodes.get(n, 0.0) for n in holders[i])
-                           + self.context_weight * context + self.spread_weight * float(spread[i]), i))
-        scored.sort(key=lambda pair: (-pair[0], pair[1]))
-        return [replace(lines[i], score=round(score, 6)) for score, i in scored]
-
-    @staticmethod
-    def _adjacent(lines: list[Evidence]) -> list[list[int]]:
-        """For each line, the lines just before and after it in its entry's text (the turns around a turn)."""
-        order = sorted(range(len(lines)), key=lambda i: (lines[i].entry_id, lines[i].start))
-        beside: list[list[int]] = [[] for _ in lines]
-        for a, b in zip(order, order[1:]):
-            if lines[a].entry_id == lines[b].entry_id:
-                beside[a].append(b)
-                beside[b].append(a)
-        return beside
+        scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
+                              spread_weight=self.spread_weight, ask_weight=self.ask_weight)
+        order = best_first(scores).tolist()
+        if self.flat_share:
+            order = interleave(plain.tolist(), order, self.flat_share)
+        return [_scored(lines[i], float(scores[i])) for i in order]
 
     # --- showing lines ----------------------------------------------------------------------
     def _dates_of(self, entry_id: str) -> list[tuple[int, int, str]]:
@@ -243,6 +272,12 @@ class MemoryView:
 
     def dated(self, line: Evidence) -> str:
         """The line's text with each relative date followed by its absolute date: "yesterday (7 May 2023)"."""
+        key = (line.entry_id, line.start, line.end)  # entries are append-only: a line's dated text never changes
+        if key not in self._dated:
+            self._dated[key] = self._with_dates(line)
+        return self._dated[key]
+
+    def _with_dates(self, line: Evidence) -> str:
         text = line.text
         for start, end, absolute in reversed(self._dates_of(line.entry_id)):
             if line.start <= start and end <= line.end:
@@ -255,7 +290,7 @@ class MemoryView:
         out, stamp = [], None
         for line in lines:
             text = self.dated(line)
-            own = stamp_of(text)
+            own = day_stamp(text)
             if own:
                 if own != stamp:
                     out.append(f"[{own}]")
@@ -266,14 +301,16 @@ class MemoryView:
 
     def _cost(self, line: Evidence, stamps: set) -> int:
         """Tokens a line adds to a group whose shown stamps are ``stamps`` (updated)."""
-        text = self.dated(line)
-        own = stamp_of(text)
-        if not own:
-            return self.count(text) + 1
-        cost = self.count(text[text.index("]") + 1:].lstrip()) + 1
-        if own not in stamps:
+        key = (line.entry_id, line.start, line.end)
+        if key not in self._costs:
+            text = self.dated(line)
+            own = day_stamp(text)
+            self._costs[key] = ((own, self.count(text[text.index("]") + 1:].lstrip()) + 1, self.count(f"[{own}]") + 1)
+                                if own else ("", self.count(text) + 1, 0))
+        own, cost, stamp_cost = self._costs[key]
+        if own and own not in stamps:
             stamps.add(own)
-            cost += self.count(f"[{own}]") + 1
+            cost += stamp_cost
         return cost
 
     def _fill(self, ranked: list[Evidence], budget: int, header: Callable[[str], int]) -> list[Evidence]:
@@ -328,7 +365,7 @@ class MemoryView:
         (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
         short = short_ids(list(self.store.graph.nodes_dict))
         ranked = self.ranked_evidence(query)
-        shown = self._fill(ranked, budget, lambda node_id: _header_cost(short[node_id], self.count))
+        shown = self._fill(ranked, budget, functools.cache(lambda node_id: _header_cost(short[node_id], self.count)))
         while True:
             text = self._group(shown, short)
             dearest = sum(self.count(_dearest_id(short[n])) - self.count(short[n]) for n in {line.node_id for line in shown})

@@ -55,7 +55,17 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import CONTEXT_WEIGHT, LINE_TOKENS, NODE_WEIGHT, SPREAD_WEIGHT, SUMMARY_LINES, MemoryView
+from amb_dspy.memory_view import (
+    ASK_WEIGHT,
+    CONTEXT_WEIGHT,
+    FLAT_SHARE,
+    LINE_TOKENS,
+    NODE_WEIGHT,
+    SPREAD_SEEDS,
+    SPREAD_WEIGHT,
+    SUMMARY_LINES,
+    MemoryView,
+)
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 from optimize.hotpotqa import load_hotpotqa
@@ -204,6 +214,12 @@ def main() -> None:
                         help="evidence view: lines longer than this are shown sentence by sentence")
     parser.add_argument("--spread-weight", type=float, default=SPREAD_WEIGHT,
                         help="evidence view: weight of a line's share of the graph spreading")
+    parser.add_argument("--spread-seeds", type=int, default=SPREAD_SEEDS,
+                        help="evidence view: the best lines whose terms seed the spreading")
+    parser.add_argument("--flat-share", type=float, default=FLAT_SHARE,
+                        help="evidence view: share of the ranking given to the lines' own scores, interleaved")
+    parser.add_argument("--ask-weight", type=float, default=ASK_WEIGHT,
+                        help="evidence view: weight of a question line's own score")
     parser.add_argument("--summary-lines", type=int, default=SUMMARY_LINES,
                         help="summary view: lines shown for a node whose summary does not fit")
     parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
@@ -230,7 +246,8 @@ def main() -> None:
                            lm_threads=1, **({"lm": args.lm} if args.lm else {}), **topic)
         started = time.monotonic()
         weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
-                   "spread_weight": args.spread_weight, "summary_lines": args.summary_lines}
+                   "spread_weight": args.spread_weight, "summary_lines": args.summary_lines,
+                   "spread_seeds": args.spread_seeds, "flat_share": args.flat_share, "ask_weight": args.ask_weight}
         measured = measure(contexts, config, lm, embedder, weights)
         seconds = time.monotonic() - started
 

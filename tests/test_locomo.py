@@ -171,13 +171,17 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     # raw turns, each session's stamp shown once above its turns, relative dates followed by the absolute one
     undated = [re.sub(r" \((?:the week(?:end)? of )?(?:\d+ )?(?:[A-Z][a-z]+ )?\d{4}\)", "", line)
                for line in evidence.split("\n") if line and line not in headers]
-    assert all(line in text for line in undated)
+    stamps = [line for line in undated if re.fullmatch(r"\[\d{1,2} [A-Z][a-z]+, \d{4}\]", line)]  # dates, no time
+    assert stamps and all(f" on {stamp[1:]}" in text for stamp in stamps)
+    assert all(line in text for line in undated if line not in stamps)
     assert sum(line.startswith("[") for line in undated) < len(undated) / 2
     assert "Lost my job as a banker" in evidence
     summary = MemoryAdapter(bank.store).memory_text(doc)
-    assert summary.startswith("Memory 1 (node ") and "Summary: " in summary
+    assert summary.startswith("Memory 1 (node ") and "Summary: " in summary and estimate_tokens(summary) <= 1000
+    tight = MemoryAdapter(bank.store, budget=120).memory_text(doc)  # the summary view keeps the budget too
+    assert tight.startswith("Memory 1 (node ") and estimate_tokens(tight) <= 120
     assert short_ids(["abcdef123", "abcdef129", "ffff0000aa"]) == {"abcdef123": "abcdef123", "abcdef129": "abcdef129",
-                                                                   "ffff0000aa": "ffff0000"}
+                                                                   "ffff0000aa": "ffff00"}  # six: the executor resolves six or more
     with pytest.raises(ValueError, match="unknown memory view"):
         MemoryAdapter(bank.store, view="raw")
 

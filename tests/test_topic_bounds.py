@@ -83,3 +83,14 @@ def test_lm_topics_are_cut_to_the_maximum_and_at_sessions():
     assert all(len(session_of(c.content)) == 1 for c in out.clusters)
     assert all(c.context == "The garden" for c in out.clusters)  # the LM's description stays with each part
     assert [c.cluster_id for c in out.clusters] == [f"c{i}" for i in range(1, len(out.clusters) + 1)]
+
+
+def test_topics_are_bounded_in_the_memory_blocks_unit_whatever_the_lms_tokenizer(embedder):
+    """An LM's tokenizer counts fewer tokens than the estimate; topics stay within the bound as the <memory>
+    block counts them (the 300 bound once let nodes reach 410 estimated tokens under the local model's count)."""
+    agent = ClassificationAgent(AmbConfig(topic_min_tokens=100, topic_max_tokens=250),
+                                token_counter=lambda text: estimate_tokens(text) // 2)
+    out = classify_by_similarity(agent, embedder, context=DIALOGUE)
+    assert max(estimate_tokens(c.content) for c in out.clusters) <= 250  # a session is ~360: under the half count, one topic
+    narrow = ClassificationAgent(AmbConfig(topic_max_tokens=250), token_counter=lambda text: 4 * estimate_tokens(text))
+    assert all(4 * estimate_tokens(piece) <= 200 for piece in narrow.topic_segments(DIALOGUE, 200))  # the LM's window

@@ -12,7 +12,11 @@ code builds every cluster's ``content`` from the original segments:
 
 Topics are bounded in tokens (``AmbConfig.topic_min_tokens`` to ``topic_max_tokens``): a topic the LM makes
 larger is cut, in order, into runs of at most the maximum, and at a paragraph break (in a dialogue, a new
-session) once a run holds the minimum (:func:`~amb_dspy.agents.chunking.bounded_runs`).
+session) once a run holds the minimum (:func:`~amb_dspy.agents.chunking.bounded_runs`). Topic sizes are
+counted with :func:`~amb_dspy.agents.chunking.estimate_tokens`, the counter of the ``<memory>`` block's budget
+(:mod:`amb_dspy.memory_view`), whatever LM is active: a node is bounded in the unit it is shown in, and the
+same text gives the same topics with or without a local model's tokenizer (the LM's own counter, lower than
+the estimate, let nodes reach 410 estimated tokens under a 300 bound). Windows stay in the LM's tokens.
 
 Input longer than the window is cut into chunks of whole segments, each classified on its own call,
 and the clusters of all chunks are concatenated (so the output's ``should_cluster`` is simply
@@ -27,7 +31,15 @@ import dspy
 from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
-from amb_dspy.agents.chunking import TokenCounter, bounded_runs, pack, paragraph_breaks, segment
+from amb_dspy.agents.chunking import (
+    TokenCounter,
+    bounded_runs,
+    estimate_tokens,
+    pack,
+    paragraph_breaks,
+    segment,
+    split_long_paragraph,
+)
 from amb_dspy.config import AmbConfig
 from amb_dspy.parallel import map_in_context
 from amb_dspy.text import locate
@@ -97,6 +109,15 @@ class ClassificationAgent(MemoryAgent):
         low, high = self.config.topic_min_tokens, self.config.topic_max_tokens
         return min(low, high), high
 
+    count_topic_tokens = staticmethod(estimate_tokens)  # a topic's size, in the <memory> budget's unit
+
+    def topic_segments(self, context: str, window_tokens: int) -> list[str]:
+        """``context`` as segments of at most ``topic_max_tokens`` (:attr:`count_topic_tokens`) and at most
+        ``window_tokens`` of the active LM's (:meth:`count_tokens`)."""
+        high = self.topic_tokens[1]
+        pieces = segment(context, min(self.max_segment_tokens, high), self.count_topic_tokens)
+        return [part for piece in pieces for part in split_long_paragraph(piece, window_tokens, self.count_tokens)]
+
     def check_window(self) -> None:
         self.content_budget(self.classify, task_goal="", segments="")
 
@@ -106,7 +127,7 @@ class ClassificationAgent(MemoryAgent):
         budget = self.content_budget(self.classify, task_goal=task_goal, segments="")
         number_cost = self.count_tokens("[99999] ")
         low, high = self.topic_tokens
-        segments = segment(context, min(self.max_segment_tokens, budget - number_cost, high), self.count_tokens)
+        segments = self.topic_segments(context, budget - number_cost)
         # Pack with global numbers: a chunk's local numbers are never wider, so it can only shrink.
         numbered = [f"[{i}] {s}" for i, s in enumerate(segments, 1)]
         chunks = pack(numbered, budget, self.count_tokens)
@@ -120,8 +141,8 @@ class ClassificationAgent(MemoryAgent):
         if assigned != list(range(len(segments))):
             raise RuntimeError("classification lost or duplicated a segment")  # a bug, never the LM's doing
         spans = locate(context, segments)
-        sizes, breaks = [self.count_tokens(s) for s in segments], paragraph_breaks(context, spans)
-        sep = self.count_tokens("\n\n")
+        sizes, breaks = [self.count_topic_tokens(s) for s in segments], paragraph_breaks(context, spans)
+        sep = self.count_topic_tokens("\n\n")
         groups = [(ctx, kws, run) for ctx, kws, members in groups
                   for run in bounded_runs(members, sizes, breaks, low, high, sep)]
         clusters = [

@@ -41,7 +41,7 @@ from collections import Counter
 import numpy as np
 
 from amb_dspy.agents.base import dedupe, fallback_context, fallback_keywords
-from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, paragraph_breaks, segment, split_sentences
+from amb_dspy.agents.chunking import TokenCounter, estimate_tokens, paragraph_breaks, split_sentences
 from amb_dspy.agents.classification import ClassificationAgent, ClassificationOutput, Cluster
 from amb_dspy.agents.fallback.similarity import centrality, direction, embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
@@ -77,7 +77,7 @@ def classify_by_similarity(
     embedder = embedder_or_default(embedder)
     limit = agent.window
     low, high = agent.topic_tokens
-    segments = segment(context, min(agent.max_segment_tokens, limit, high), agent.count_tokens)
+    segments = agent.topic_segments(context, limit)
     sentences = [[s.strip() for s in split_sentences(seg) if s.strip()] or [seg] for seg in segments]
     flat = [s for group in sentences for s in group]
     vectors = embed(embedder, flat)
@@ -85,8 +85,8 @@ def classify_by_similarity(
     segment_vectors = [direction(vectors[starts[i]:starts[i + 1]]) for i in range(len(segments))]
 
     spans = locate(context, segments)
-    groups = _adjacent_groups(segment_vectors, segments, agent.count_tokens, (low, min(high, limit)),
-                              paragraph_breaks(context, spans))
+    groups = _adjacent_groups(segment_vectors, segments, agent.count_topic_tokens, (low, high),
+                              paragraph_breaks(context, spans), window=(agent.count_tokens, limit))
     texts = ["\n\n".join(segments[i] for i in members) for members in groups]
     keywords = _bm25_keywords(texts)
     clusters = []
@@ -111,20 +111,22 @@ def is_heading(segment: str) -> bool:
 
 
 def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: TokenCounter, bounds: tuple[int, int],
-                     breaks: list[bool]) -> list[list[int]]:
+                     breaks: list[bool], window: tuple[TokenCounter, int] | None = None) -> list[list[int]]:
     """Segment indices grouped in order (see module docstring): a segment joins the open group while the group
     is under ``bounds[0]`` tokens, or when it is close enough to the group's centroid, or the group holds only
     headings; a heading opens a group, and so does a new paragraph (a dialogue's new session) once the group
-    holds ``bounds[0]`` tokens. No group goes over ``bounds[1]`` tokens."""
+    holds ``bounds[0]`` tokens. No group goes over ``bounds[1]`` tokens, nor over ``window``'s limit by its counter
+    (the LM's window, in the LM's tokens)."""
     low, high = bounds
-    sep_tokens = count("\n\n")
+    window_count, window_limit = window or (count, high)
+    sep_tokens, window_sep = count("\n\n"), window_count("\n\n")
     short = [estimate_tokens(s) < SHORT_SEGMENT_TOKENS for s in segments]
     heading = [is_heading(s) for s in segments]
     groups: list[list[int]] = []
-    total, size = None, 0
+    total, size, window_size = None, 0, 0
     for i, vector in enumerate(vectors):
-        tokens = count(segments[i])
-        if groups and size + sep_tokens + tokens <= high:
+        tokens, window_tokens = count(segments[i]), window_count(segments[i])
+        if groups and size + sep_tokens + tokens <= high and window_size + window_sep + window_tokens <= window_limit:
             threshold = SAME_TOPIC_COSINE_SHORT if short[i] or short[i - 1] else SAME_TOPIC_COSINE
             centroid = total / (np.linalg.norm(total) or 1.0)
             under_headings = all(heading[j] for j in groups[-1])
@@ -132,9 +134,10 @@ def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: Toke
             if under_headings or not heading[i] and (similar and size < low if breaks[i] else similar or size < low):
                 groups[-1].append(i)
                 total, size = total + vector, size + sep_tokens + tokens
+                window_size += window_sep + window_tokens
                 continue
         groups.append([i])
-        total, size = vector.copy(), tokens
+        total, size, window_size = vector.copy(), tokens, window_tokens
     return groups
 
 

@@ -1,0 +1,71 @@
+"""The evidence view's line scores as array arithmetic, over what a bank revision fixes (:class:`LineTable`).
+
+A ``<memory>`` block is written on every executor step and every ``memory_context`` call, and it scores every
+source line of the bank: what depends only on the bank (which nodes hold a line, the lines around it, whether it
+asks) is laid out once per revision, and a question's scores are a few vector operations
+(``amb_dspy.memory_view`` says what the terms mean).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class LineTable:
+    """Per line: the nodes that hold it (``holders[starts[i]:starts[i + 1]]``), the lines just before and after
+    it in its entry (-1: none), and whether it is a question (ends with "?")."""
+
+    holders: np.ndarray
+    starts: np.ndarray
+    before: np.ndarray
+    after: np.ndarray
+    asks: np.ndarray
+
+    @classmethod
+    def build(cls, places: Sequence[tuple[str, int]], holders: Sequence[Sequence[int]], texts: Sequence[str]) -> LineTable:
+        """``places[i]``: line i's (entry id, start offset); ``holders[i]``: the numbers of the nodes that hold
+        it (at least one); ``texts[i]``: its text."""
+        order = sorted(range(len(places)), key=lambda i: places[i])
+        before, after = np.full(len(places), -1), np.full(len(places), -1)
+        for a, b in zip(order, order[1:]):
+            if places[a][0] == places[b][0]:
+                after[a], before[b] = b, a
+        sizes = [len(held) for held in holders]
+        return cls(holders=np.array([n for held in holders for n in held], dtype=np.int64),
+                   starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+                   before=before, after=after, asks=np.array([t.rstrip().endswith("?") for t in texts], dtype=bool))
+
+    def scores(self, own: np.ndarray, nodes: np.ndarray, spread: np.ndarray, *, node_weight: float,
+               context_weight: float, spread_weight: float, ask_weight: float) -> np.ndarray:
+        """``ask_weight`` x own score (questions) or own score, + ``node_weight`` x the best score of the nodes
+        that hold the line + ``context_weight`` x the best own score beside it + ``spread_weight`` x ``spread``."""
+        padded = np.append(own, 0.0)  # index -1: no line there
+        context = np.maximum(padded[self.before], padded[self.after])
+        held = np.maximum.reduceat(nodes[self.holders], self.starts)
+        return (np.where(self.asks, ask_weight, 1.0) * own + node_weight * held + context_weight * context
+                + spread_weight * spread)
+
+
+def best_first(scores: np.ndarray) -> np.ndarray:
+    """Indices by descending score, ties by index (node ids are random; positions are not)."""
+    return np.lexsort((np.arange(len(scores)), -scores))
+
+
+def interleave(first: Sequence[int], second: Sequence[int], share: float) -> list[int]:
+    """Both rankings merged, each item once: ``first`` gives the next item while it has given under ``share`` of
+    those taken so far, ``second`` otherwise."""
+    out, seen, a, b, taken_first = [], set(), 0, 0, 0
+    while a < len(first) or b < len(second):
+        if a < len(first) and (taken_first < share * (len(out) + 1) or b >= len(second)):
+            item, a = first[a], a + 1
+            taken_first += item not in seen
+        else:
+            item, b = second[b], b + 1
+        if item not in seen:
+            seen.add(item)
+            out.append(item)
+    return out

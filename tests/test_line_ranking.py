@@ -1,0 +1,61 @@
+"""The evidence view's line scores (issue 20, second pass): the per-revision line table's arithmetic, a long
+turn's later sentences found by its speaker, the flat ranking's share of the block. Real embedding model."""
+
+from __future__ import annotations
+
+import numpy as np
+from test_recall_view import store_of
+
+from amb_dspy.memory_view import MemoryView, day_stamp, label_of
+from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
+
+
+def test_the_line_table_scores_a_line_by_its_nodes_its_neighbours_and_whether_it_asks():
+    # entry "a": lines 0, 2, 1 in text order; entry "b": line 3 alone; line 2 is held by nodes 0 and 1
+    table = LineTable.build([("a", 0), ("a", 50), ("a", 10), ("b", 0)], [[0], [1], [0, 1], [2]],
+                            ["One.", "Two?", "Three.", "Four."])
+    assert table.before.tolist() == [-1, 2, 0, -1] and table.after.tolist() == [2, -1, 1, -1]
+    own, nodes, spread = np.array([0.5, 0.8, 0.1, 0.2]), np.array([0.1, 0.6, 0.3]), np.array([0.0, 0.0, 1.0, 0.0])
+    scores = table.scores(own, nodes, spread, node_weight=1.0, context_weight=0.5, spread_weight=0.2, ask_weight=0.5)
+    expected = [0.5 + 0.1 + 0.5 * 0.1, 0.5 * 0.8 + 0.6 + 0.5 * 0.1, 0.1 + 0.6 + 0.5 * 0.8 + 0.2, 0.2 + 0.3]
+    assert np.allclose(scores, expected)
+    assert best_first(np.array([0.2, 0.5, 0.2])).tolist() == [1, 0, 2]  # ties by position
+
+
+def test_interleave_gives_the_first_ranking_its_share_and_each_item_once():
+    assert interleave([1, 2, 3, 4], [4, 3, 9, 8], 0.5) == [1, 4, 2, 3, 9, 8]
+    assert interleave([1, 2, 3], [5, 6, 7], 1 / 3) == [1, 5, 6, 2, 7, 3]
+    assert interleave([1, 2], [3], 0.0) == [3, 1, 2]
+
+
+FILLER = ("It was a long and busy week with work, errands, chores and a lot of driving around town for meetings "
+          "that never seemed to end, and the weather was grey and cold the whole time.")
+
+
+def test_a_long_turns_later_sentence_is_found_by_its_speaker(embedder):
+    turns = [f"[3:00 pm on 9 May, 2023] Caroline: {FILLER} {FILLER} We went to the lake with the kids.",
+             f"[3:05 pm on 9 May, 2023] Melanie: {FILLER} {FILLER} We went to the lake with the kids."]
+    others = [f"[3:10 pm on 9 May, 2023] {name}: I fixed the {thing} this morning." for name, thing in
+              (("Jon", "car"), ("Gina", "roof"), ("Dave", "fence"), ("Ann", "sink"), ("Tom", "door"), ("Sue", "bike"))]
+    store, text = store_of(embedder, [[turn] for turn in turns + others])
+    assert label_of(turns[1]) == "[3:05 pm on 9 May, 2023] Melanie:" and label_of("The Seine flows.") == ""
+    assert day_stamp(turns[1]) == "9 May, 2023" and day_stamp("[9 May, 2023] x") == "9 May, 2023"
+    ranked = MemoryView(store, spread_weight=0.0, context_weight=0.0, node_weight=0.0).ranked_evidence(
+        "Where did Melanie go with the kids?")
+    lake = [line for line in ranked if line.text == "We went to the lake with the kids."]
+    assert len(lake) == 2 and lake[0].start > text.index("Melanie")  # the same words, said by the one asked about
+
+
+def test_a_flat_share_puts_the_best_own_scored_lines_first(embedder):
+    from test_recall_view import BRIDGE_LINES, QUESTION
+
+    store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
+    graph_ranked = MemoryView(store, spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.0)
+    plain = MemoryView(store, spread_weight=0.0, node_weight=0.0, context_weight=0.0, flat_share=0.0)
+    shared = MemoryView(store, spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.5)
+    first = [line.text for line in plain.ranked_evidence(QUESTION)]
+    second = [line.text for line in graph_ranked.ranked_evidence(QUESTION)]
+    assert first[:4] != second[:4]
+    position = {text: i for i, text in enumerate(BRIDGE_LINES)}
+    expected = interleave([position[t] for t in first], [position[t] for t in second], 0.5)
+    assert [line.text for line in shared.ranked_evidence(QUESTION)] == [BRIDGE_LINES[i] for i in expected]
