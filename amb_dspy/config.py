@@ -40,10 +40,11 @@ class AmbConfig(BaseSettings):
                                    "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
     ingest_batch: int = Field(16, ge=1, description="most clusters (structure) or new nodes (analysis) one call takes, "
                               "within the agent's window; 1: a call each (AMB_INGEST_BATCH)")
-    ingest_analysis: Literal["exact", "snapshot"] = Field(
-        "exact", description="exact: the bank the analysis calls in order make (a verdict made ahead is used only "
-                             "if its candidates are unchanged); snapshot: the nodes of a batch are judged on the graph "
-                             "as the batch found it, fewer calls (AMB_INGEST_ANALYSIS)")
+    ingest_analysis: Literal["conversion", "ordered"] = Field(
+        "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
+                                  "them, verdicts applied in order after (batched, the same bank as one call a node); "
+                                  "ordered: each node after the verdicts on the nodes before it, one call each; the "
+                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory_writer)")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")

@@ -107,7 +107,7 @@ def bank_shape(bank: MemoryBank) -> tuple:
     return nodes, edges
 
 
-def ingest(text: str, batch: int, lm, embedder, analysis: str = "exact") -> tuple[dict, tuple]:
+def ingest(text: str, batch: int, lm, embedder, analysis: str = "conversion") -> tuple[dict, tuple]:
     config = AmbConfig(ingest_batch=batch, ingest_analysis=analysis, policy="lm", storage_dir=Path("/tmp/amb-ingest-cost"))
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.ingest(text, name="locomo")
@@ -115,7 +115,9 @@ def ingest(text: str, batch: int, lm, embedder, analysis: str = "exact") -> tupl
         raise SystemExit(f"ingest failed: {result.errors[:2]}")
     total = bank.meter.total()
     by_agent = {agent: usage["calls"] for agent, usage in result.usage.items()}
-    return {"nodes": result.nodes, "edges": result.edges, "seconds": result.seconds, **total, "by_agent": by_agent}, bank_shape(bank)
+    rewritten = sum(_LINK in node.context for node in bank.store.graph.nodes_dict.values())  # the scripted rewrite
+    return {"nodes": result.nodes, "edges": result.edges, "contexts_rewritten": rewritten, "seconds": result.seconds,
+            **total, "cut": getattr(lm, "cut", 0), "by_agent": by_agent}, bank_shape(bank)
 
 
 def make_lm(kind: str, topic_tokens: int, related: bool, speakers: tuple[str, ...]):
@@ -125,7 +127,27 @@ def make_lm(kind: str, topic_tokens: int, related: bool, speakers: tuple[str, ..
         lm = build_lm("local", AmbConfig())
         lm.cache = False  # the batched ingest must not read the sequential one's answers from DSPy's cache
         return lm
-    return ScriptedLM(classification=topics_of(topic_tokens, speakers), structure=first_words, analysis=judge(related))
+    return CutScriptedLM(classification=topics_of(topic_tokens, speakers), structure=first_words, analysis=judge(related))
+
+
+class CutScriptedLM(ScriptedLM):
+    """The scripted LM with a hosted LM's ``max_tokens`` (AmbConfig's, as ``build_lm`` sets it): a reply longer
+    than that is cut there, as the LM would cut it (counted in ``cut``; it no longer parses)."""
+
+    def __init__(self, **scripts):
+        super().__init__(**scripts)
+        self.kwargs["max_tokens"] = AmbConfig().max_tokens
+        self.cut = 0
+
+    def _respond(self, messages):
+        reply, prompt = super()._respond(messages)
+        if estimate_tokens(reply) <= self.kwargs["max_tokens"]:
+            return reply, prompt
+        self.cut += 1
+        words = reply.split(" ")
+        while estimate_tokens(" ".join(words)) > self.kwargs["max_tokens"]:
+            words = words[: len(words) * 9 // 10]
+        return " ".join(words), prompt
 
 
 def main() -> None:
@@ -151,8 +173,8 @@ def main() -> None:
         tokens = estimate_tokens(text)
         for analysis in args.analysis if args.lm == "scripted" else ["model"]:
             shapes = {}
-            modes = [("sequential", 1, "exact"), ("batched", args.batch, "exact")]
-            modes += [("snapshot", args.batch, "snapshot")] if args.snapshot else []
+            modes = [("sequential", 1, "conversion"), ("batched", args.batch, "conversion")]
+            modes += [("ordered", 1, "ordered")] if args.snapshot else []
             for mode, batch, order in modes:
                 lm = make_lm(args.lm, args.topic_tokens, analysis == "related", tuple(conversation.speakers))
                 figures, shapes[mode] = ingest(text, batch, lm, embedder, order)
