@@ -190,7 +190,7 @@ class ScriptedLM(dspy.LM):
 
         def structure(call: ScriptedCall) -> Answer:
             return {"summaries": [{"number": topic.pop("number"), "summary": ask(call, topic, "summary")}
-                                  for topic in call.input_json("topics")]}
+                                  for topic in call.input_json("topics")], "complete": True}
 
         def analysis(call: ScriptedCall) -> Answer:
             notes = {note.pop("number"): note for note in call.input_json("notes")}
@@ -199,7 +199,7 @@ class ScriptedLM(dspy.LM):
                 candidates = [{"number": k, **notes[c]} for k, c in enumerate(new["candidates"], 1)]
                 judged = ask(call, {"new_node": notes[new["note"]], "candidates": candidates}, "relationships")
                 verdicts.append({"note": new["note"], **_batch_form(judged, new["candidates"])})
-            return {"verdicts": verdicts}
+            return {"verdicts": verdicts, "complete": True}
 
         return structure if single == "structure" else analysis
 

@@ -106,7 +106,7 @@ def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, 
     def drop_last(call):
         topics = call.input_json("topics")
         return {"summaries": [{"number": t["number"], "summary": " ".join(t["content"].split()[:len(t["content"].split()) * 2 // 5])}
-                              for t in topics[:-1]]}
+                              for t in topics[:-1]], "complete": True}
 
     one, _ = ingest(tmp_path, 1, scripted(), embedder)
     lm = scripted(structure_batch=drop_last)
@@ -150,3 +150,25 @@ def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embe
     assert shape(bank) == shape(one) and not result.errors
     assert not any(c.route.endswith("_batch") for c in lm.calls)  # the demos' predictors answered every item
     assert result.usage["structure"]["calls"] == 8 and result.usage["analysis"]["calls"] == 7
+
+
+def test_an_analysis_answer_cut_short_by_max_tokens_is_asked_again_and_loses_no_judgement(tmp_path, embedder):
+    from scripted_lm import _render
+
+    def cut_the_first(script):
+        calls = []
+
+        def answer(call):
+            reply = _render(script(call), call.output_fields, call.json_mode)
+            if call.route != "analysis_batch":
+                return reply
+            calls.append(call)
+            return reply[: len(reply) * 7 // 10] if len(calls) <= 2 else reply  # the LM stopped at max_tokens
+        return answer
+
+    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    lm = scripted(wrap_batches=cut_the_first)
+    many, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(many) == shape(one) and not result.errors  # every judgement of the cut answer made again
+    sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
+    assert sizes == [7, 7, 3, 4]  # cut twice (asked by DSPy's ChatAdapter, then its JSON one), then each half

@@ -12,8 +12,10 @@ reported as such, for the agent to judge on its own.
 
 Calls are packed in order by the agent's window (the notes and the list of new notes), by the room its
 LM leaves for the answer (:data:`NOTE_ANSWER_TOKENS` a new note and :data:`ANSWER_TOKENS_PER_CANDIDATE`
-a candidate, as if all were related), and by ``config.ingest_batch``. An unusable answer (one cut
-short by the LM's ``max_tokens`` among them) is asked again in two halves (see ``AnalysisAgent``).
+a candidate, as if all were related), and by ``config.ingest_batch``. The answer ends with a field
+(``complete``) that an answer cut short by the LM's ``max_tokens`` lacks, so such an answer never
+parses (DSPy's JSON reading would otherwise repair it into one missing the last judgements); it is
+asked again in two halves, like any unusable answer (see ``AnalysisAgent``).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ class AnalyzeRelationshipsBatch(dspy.Signature):
     notes: list[NoteBrief] = dspy.InputField(desc="every note the judgements refer to, each once, with its number")
     new_notes: list[NewNote] = dspy.InputField(desc="the new notes to judge, each with its candidates' numbers")
     verdicts: list[NoteVerdicts] = dspy.OutputField(desc="for each new note, by number, its conflicting and related candidates")
+    complete: bool = dspy.OutputField(desc="true, written after the verdicts of every new note")
 
 
 Item = tuple[NodeContent, list[NodeContent]]  # (new node, its candidates), each with an id

@@ -94,6 +94,9 @@ class SummarizeClusters(dspy.Signature):
 
     topics: list[TopicText] = dspy.InputField(desc="numbered topic texts, each with its context, keywords and feedback")
     summaries: list[TopicSummary] = dspy.OutputField(desc="one summary per topic, by its number")
+    # Written last: an answer cut short by max_tokens lacks it and does not parse, rather than being read
+    # (DSPy's JSON repair) as one whose last summary is cut.
+    complete: bool = dspy.OutputField(desc="true, written after the summary of every topic")
 
 
 def length_feedback(ratio: float, summary_tokens: int, input_tokens: int, target: tuple[float, float]) -> str:
