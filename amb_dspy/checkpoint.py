@@ -1,7 +1,8 @@
 """A run's checkpoint: everything needed to continue a killed run from its last completed loop.
 
 One JSON file, ``DIR/checkpoint.json``, replaced atomically after the context is memorised and after
-every loop: the run state (loops, conflicts, retries, answer so far, errors), the usage so far, the
+every loop: the run state (loops, conflicts, retries, answer so far and how it was made: from memory on the fast
+path, or extractive; errors), the usage so far, the
 whole bank, and the tool journal's length and tool cache (:mod:`amb_dspy.tool_journal`: the tool calls
 of a loop killed mid-way are not lost with it). A run resumed from it does no completed loop again and loses nothing they produced.
 """
@@ -74,4 +75,14 @@ def _state(run: dict[str, Any]) -> RunState:
         errors=list(map(str, run["errors"])), notices=list(map(str, run["notices"])),
         citations=list(map(str, run["citations"])),
         fallbacks={str(agent): int(n) for agent, n in run.get("fallbacks", {}).items()},
+        # how the answer was made: a fast-path answer ends the run on resume, an extractive one stays marked
+        answered_from_memory=_flag(run, "answered_from_memory"), extractive=_flag(run, "extractive"),
     )
+
+
+def _flag(run: dict[str, Any], name: str) -> bool:
+    """A boolean of the run state (False in a checkpoint written before it was recorded)."""
+    value = run.get(name, False)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} is {value!r}, not true or false")
+    return value

@@ -18,6 +18,7 @@ AgentName = Literal["classification", "structure", "analysis", "integration", "p
 AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning", "answer")
 
 DEFAULT_LM = "deepseek/deepseek-chat"
+DEFAULT_WINDOW = 8000  # an agent's prompt tokens when neither the configuration nor the LM says more
 
 
 def _user_cache_dir() -> Path:
@@ -38,12 +39,13 @@ class AmbConfig(BaseSettings):
 
     lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
                                    "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
-    ingest_batch: int = Field(16, ge=1, description="most clusters (structure) or new nodes (analysis) one call takes, "
+    ingest_batch: int = Field(24, ge=1, description="most clusters (structure) or new nodes (analysis) one call takes, "
                               "within the agent's window; 1: a call each (AMB_INGEST_BATCH)")
-    ingest_analysis: Literal["exact", "snapshot"] = Field(
-        "exact", description="exact: the bank the analysis calls in order make (a verdict made ahead is used only "
-                             "if its candidates are unchanged); snapshot: the nodes of a batch are judged on the graph "
-                             "as the batch found it, fewer calls (AMB_INGEST_ANALYSIS)")
+    ingest_analysis: Literal["conversion", "ordered"] = Field(
+        "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
+                                  "them, verdicts applied in order after (batched, the same bank as one call a node); "
+                                  "ordered: each node after the verdicts on the nodes before it, one call each; the "
+                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory_writer)")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")
@@ -80,12 +82,15 @@ class AmbConfig(BaseSettings):
                                    "with the bundled 135M model, whose verdicts are not reliable (amb_dspy.answering)")
 
     # --- agent windows and chunking ------------------------------------------------------------
-    classification_window: int = 8000
-    structure_window: int = 8000
-    analysis_window: int = 8000
-    integration_window: int = 8000
-    planning_window: int = 8000
-    answer_window: int = 8000
+    # The memory-conversion agents pack their input into calls, so a larger window means fewer calls for the
+    # same prompt tokens: None follows the LM (LiteLLM's max_input_tokens, an embedded model's room; else
+    # DEFAULT_WINDOW). The others cut their input to their window, so theirs stays fixed (amb_dspy.agents.base).
+    classification_window: int | None = None
+    structure_window: int | None = None
+    analysis_window: int | None = None
+    integration_window: int = DEFAULT_WINDOW
+    planning_window: int = DEFAULT_WINDOW
+    answer_window: int = DEFAULT_WINDOW
     chunk_ratio: float = Field(0.9, gt=0.0, le=1.0)
     topic_min_tokens: int = Field(80, ge=1, description="classification: a topic node's smallest size in tokens, "
                                   "where the text allows (a dialogue's topics never span sessions past it)")
@@ -121,6 +126,12 @@ class AmbConfig(BaseSettings):
                             description="the exported ONNX embedding model and corpus indexes (AMB_CACHE_DIR)")
     corpus_cache: bool = Field(True, description="keep a local corpus's passages and vectors under cache_dir")
 
+    @field_validator("ingest_analysis", mode="before")
+    @classmethod
+    def _renamed_analysis_orders(cls, value):
+        """The names of the previous release: ``exact`` kept the strict order, ``snapshot`` judged a batch at once."""
+        return {"exact": "ordered", "snapshot": "conversion"}.get(value, value)
+
     @field_validator("agent_lms")
     @classmethod
     def _known_agents(cls, value: dict[str, str]) -> dict[str, str]:
@@ -129,5 +140,6 @@ class AmbConfig(BaseSettings):
             raise ValueError(f"unknown agent(s) in agent_lms: {sorted(unknown)}; known: {list(AGENT_NAMES)}")
         return value
 
-    def window(self, agent: AgentName) -> int:
+    def window(self, agent: AgentName) -> int | None:
+        """The configured window of ``agent``; None: it follows the LM (see the fields above)."""
         return getattr(self, f"{agent}_window")

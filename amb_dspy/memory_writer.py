@@ -79,67 +79,52 @@ class MemoryWriter:
             entry = self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
                                     [n.id for n in nodes],
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
-        # Clusters are analysed in order, as if added one by one: each node sees the graph as the verdicts on
-        # the nodes before it left it, and never the nodes after it.
+        return Conversion(nodes, self._analyse_new(state, nodes), entry)
+
+    def _analyse_new(self, state: RunState, nodes: list[QueryGraphNode]) -> str:
+        """Spec §4.3 steps 4-6 for the new nodes of one conversion; returns the last failure reason, or "".
+
+        Each node is related to what retrieval finds for it among the nodes that existed before it (the
+        later new nodes are excluded), in the conversion's order. With ``config.ingest_analysis ==
+        "conversion"`` (the default under an LM policy) every node is judged on the graph as the
+        conversion found it, the earlier new nodes included as they were drafted, and the verdicts are
+        applied after, in order (a node re-described by two verdicts keeps the later one, as a node
+        related to two candidates of one verdict always did). No verdict depends on another, so the
+        analysis agent may pack the nodes into as few calls as its window allows, and the bank is the
+        same whether they are asked one a call or batched. With "ordered" (and always under the
+        heuristic policy, which makes no call to save) each node is judged, one call each, on the graph
+        the verdicts on the nodes before it left: its candidates' rewritten contexts and their new
+        neighbours."""
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        return Conversion(nodes, self._analyse_in_order(state, nodes, exclusions), entry)
-
-    def _analyse_in_order(self, state: RunState, nodes: list[QueryGraphNode], exclusions: list[set[str]]) -> str:
-        """:meth:`analyse` of each node in turn, with verdicts made ahead where they still apply.
-
-        A node's turn that finds no verdict for it asks for its own and, in the same call, those of the next
-        nodes (see :meth:`_judge_ahead`). A verdict made ahead is used only if the node's candidates are,
-        at its turn, exactly those it was judged on (an earlier verdict may have related or re-described
-        one); else the node is judged again. So the bank is the one the calls in order would make. How far
-        ahead to judge adapts: one more node after each verdict used, half as many after each thrown
-        away (a conversation whose topics keep relating to each other is judged nearly one by one).
-        With ``config.ingest_analysis == "snapshot"`` every verdict made ahead is used as it is: fewer
-        calls, and a verdict may rest on a candidate's context from before an earlier node's verdict
-        re-described it. Returns the last failure reason, or ""."""
-        ahead: dict[int, tuple[list[tuple], Any]] = {}  # node index -> (candidates as shown, verdict)
-        reach, failure = self.config.ingest_batch, ""
-        snapshot = self.config.ingest_analysis == "snapshot"  # a verdict made ahead is used as it is
-        for i, node in enumerate(nodes):
-            candidates = self._candidates(node, exclusions[i])
-            if not candidates:
+        if self.config.ingest_analysis == "ordered" or self.config.policy == "heuristic":
+            failure = ""
+            for node, exclude in zip(nodes, exclusions):
+                failure = self.analyse(state, node, exclude) or failure
+            return failure
+        found = [(node, self._candidates(node, exclude)) for node, exclude in zip(nodes, exclusions)]
+        found = [(node, candidates) for node, candidates in found if candidates]
+        if not found:
+            return ""
+        items = [(node_info(node), [node_info(c) for c in candidates]) for node, candidates in found]
+        try:
+            verdicts = self._agent("analysis", batch=items)
+        except AgentError:  # the batch answer was unusable (policy "lm"): each node is asked alone
+            verdicts = [self._judge_alone(state, node, candidates) for node, candidates in items]
+        failure = ""
+        for (node, _), verdict in zip(found, verdicts):
+            if isinstance(verdict, str):
+                failure = verdict
                 continue
-            made = ahead.pop(i, None)
-            if made is not None:
-                fits = snapshot or made[0] == _shown(candidates)
-                reach = min(self.config.ingest_batch, reach + 1) if fits else max(1, reach // 2)
-                made = made if fits else None
-            if made is None:
-                try:
-                    ahead.update(self._judge_ahead(i, candidates, nodes, exclusions, reach))
-                except AgentError as exc:
-                    state.errors.append(str(exc))
-                    failure = str(exc)
-                    continue
-                made = ahead.pop(i)
-            failure = self._apply(state, node, made[1]) or failure
+            self._apply(state, node, verdict)
         return failure
 
-    def _judge_ahead(self, i: int, candidates: list[QueryGraphNode], nodes: list[QueryGraphNode],
-                     exclusions: list[set[str]], reach: int) -> dict[int, tuple[list[tuple], Any]]:
-        """Node ``i``'s verdict and, in the same call, those of the next ``reach - 1`` nodes with candidates,
-        each on the candidates the graph offers it now (the agent packs them by its window)."""
-        plans = [(i, candidates)]
-        for j in range(i + 1, len(nodes)):
-            if len(plans) >= reach:
-                break
-            found = self._candidates(nodes[j], exclusions[j])
-            if found:
-                plans.append((j, found))
-        # ids let a batch show a node once though it is also a later node's candidate (never shown to the LM)
-        pairs = [(node_info(nodes[j]), [node_info(c) for c in found]) for j, found in plans]
+    def _judge_alone(self, state: RunState, node: NodeInfo, candidates: list[NodeInfo]):
+        """One node's verdict in a call of its own, or the failure reason (recorded) as a string."""
         try:
-            verdicts = self._agent("analysis", batch=pairs) if len(pairs) > 1 else None
-        except AgentError:  # the batch answer was unusable: node i is asked alone
-            verdicts = None
-        if verdicts is None:
-            plans, verdicts = plans[:1], [self._agent("analysis", new_node=node_info(nodes[i], with_id=False),
-                                                      candidates=pairs[0][1])]
-        return {j: (_shown(found), verdict) for (j, found), verdict in zip(plans, verdicts)}
+            return self._agent("analysis", new_node=node.model_copy(update={"id": None}), candidates=candidates)
+        except AgentError as exc:
+            state.errors.append(str(exc))
+            return str(exc)
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
         return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
@@ -231,7 +216,3 @@ class MemoryWriter:
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure
 
-
-def _shown(candidates: list[QueryGraphNode]) -> list[tuple]:
-    """What the analysis agent is shown of its candidates, to tell whether a verdict still applies."""
-    return [(c.id, c.summary, c.context, tuple(c.keywords)) for c in candidates]

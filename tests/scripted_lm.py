@@ -13,7 +13,8 @@ DSPy adapter lists in the system message ("Your output fields are: ..."):
 
 The agents' batch signatures (several clusters for structure, several new nodes for analysis) are
 answered item by item by the agent's own script, unless ``structure_batch=`` / ``analysis_batch=`` are
-scripted: a deterministic LM answers an item in a batch as it would answer it alone. Such a call is one
+scripted: a deterministic LM answers an item in a batch as it would answer it alone (an analysis batch
+leaves out the unrelated judgements, as its signature asks). Such a call is one
 entry of ``lm.calls`` (its ``items`` are the per-item calls), and ``calls_for("structure")`` lists the
 items of batch calls with the single calls, in order.
 
@@ -189,7 +190,7 @@ class ScriptedLM(dspy.LM):
 
         def structure(call: ScriptedCall) -> Answer:
             return {"summaries": [{"number": topic.pop("number"), "summary": ask(call, topic, "summary")}
-                                  for topic in call.input_json("topics")]}
+                                  for topic in call.input_json("topics")], "complete": True}
 
         def analysis(call: ScriptedCall) -> Answer:
             notes = {note.pop("number"): note for note in call.input_json("notes")}
@@ -197,10 +198,8 @@ class ScriptedLM(dspy.LM):
             for new in call.input_json("new_notes"):
                 candidates = [{"number": k, **notes[c]} for k, c in enumerate(new["candidates"], 1)]
                 judged = ask(call, {"new_node": notes[new["note"]], "candidates": candidates}, "relationships")
-                pool = [{**j, "candidate": new["candidates"][j["candidate"] - 1]} for j in judged
-                        if 1 <= j["candidate"] <= len(candidates)]
-                verdicts.append({"note": new["note"], "relationships": pool})
-            return {"verdicts": verdicts}
+                verdicts.append({"note": new["note"], **_batch_form(judged, new["candidates"])})
+            return {"verdicts": verdicts, "complete": True}
 
         return structure if single == "structure" else analysis
 
@@ -242,6 +241,19 @@ class ScriptedLM(dspy.LM):
         if self._default is not None:
             return "default", self._default
         raise ScriptError(f"no script for a prompt asking for {sorted(output_fields)}")
+
+
+def _batch_form(judged: list[dict], numbers: list[int]) -> dict[str, Any]:
+    """A call-alone analysis answer (judgements on candidates 1, 2...) as AnalyzeRelationshipsBatch asks for it:
+    the candidates that conflict or relate, by note number, and the new note's rewrite once, from the related
+    judgement the bank applies last (the last candidate's: a call alone keeps the new node's last rewrite)."""
+    kept = sorted((j for j in judged if 1 <= j["candidate"] <= len(numbers) and j.get("relationship") != "unrelated"),
+                  key=lambda j: j["candidate"])
+    related = [j for j in kept if j["relationship"] == "related"]
+    own = {"context_update": related[-1].get("context_update_new", ""),
+           "keywords_update": related[-1].get("keywords_update_new", [])} if related else {}
+    return {**own, "relationships": [{k: v for k, v in j.items() if not k.endswith("_new")}
+                                     | {"candidate": numbers[j["candidate"] - 1]} for j in kept]}
 
 
 def _message_text(message) -> str:

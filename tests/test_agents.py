@@ -161,7 +161,7 @@ def test_classification_of_a_50k_token_document_loses_nothing_and_fits_the_windo
     out = run(agent, lm, adapter, context=document, task_goal="what was measured?")
 
     assert len(lm.calls) >= 7  # 50k tokens through an 8000-token window
-    limit = int(config.classification_window * config.chunk_ratio)
+    limit = int(agent.window * config.chunk_ratio)
     for call in lm.calls:
         assert prompt_tokens(call) <= limit  # the whole prompt, instructions included
     contents = "\n\n".join(c.content for c in out.clusters)

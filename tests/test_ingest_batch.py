@@ -5,6 +5,7 @@ Scripted LM words only: a deterministic LM answers an item of a batch as it answ
 
 from __future__ import annotations
 
+import pytest
 from scripted_lm import ScriptedLM
 
 from amb_dspy.bank import MemoryBank
@@ -81,11 +82,15 @@ def test_batched_ingest_makes_the_sequential_bank_in_fewer_calls(tmp_path, embed
         assert sum(u["calls"] for u in result.usage.values()) == len(lm.calls)
 
 
-def test_an_unusable_batch_answer_falls_back_to_the_policy(tmp_path, embedder):
+def test_an_unusable_batch_answer_falls_back_to_the_policy_or_is_asked_again_in_halves(tmp_path, embedder):
     lm = scripted(structure_batch=lambda call: "no idea", analysis_batch=lambda call: "{not json")
     bank, result = ingest(tmp_path, 8, lm, embedder, policy="auto")
     assert result.nodes == 8 and any("deterministic policy was used" in e for e in result.errors)
-    assert result.fallbacks["structure"] == 1 and result.fallbacks["analysis"] >= 1
+    assert result.fallbacks["structure"] == 1 and "analysis" not in result.fallbacks
+    # analysis: the 7 nodes with candidates asked in halves (7 -> 3 + 4 -> ... -> single calls), none lost
+    sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
+    assert sizes[::2] == sizes[1::2] == [7, 3, 2, 4, 2, 2]  # each asked twice: DSPy's ChatAdapter, then its JSON one
+    assert len(lm.calls_for("analysis")) == 7 and result.edges
     assert all(n.summary for n in bank.store.graph.nodes_dict.values())
     assert len(bank.store.tree.entries) == 1
 
@@ -102,7 +107,7 @@ def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, 
     def drop_last(call):
         topics = call.input_json("topics")
         return {"summaries": [{"number": t["number"], "summary": " ".join(t["content"].split()[:len(t["content"].split()) * 2 // 5])}
-                              for t in topics[:-1]]}
+                              for t in topics[:-1]], "complete": True}
 
     one, _ = ingest(tmp_path, 1, scripted(), embedder)
     lm = scripted(structure_batch=drop_last)
@@ -111,16 +116,25 @@ def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, 
     assert len(lm.calls_for("structure_batch")) == 1 and len(lm.calls_for("structure")) == 1
 
 
-def test_snapshot_analysis_judges_a_batch_on_the_graph_as_it_found_it_in_fewer_calls(tmp_path, embedder):
-    exact_lm, snapshot_lm = scripted(), scripted()
-    exact, exact_result = ingest(tmp_path, 8, exact_lm, embedder)
-    config = AmbConfig(storage_dir=tmp_path / "snap", ingest_batch=8, ingest_analysis="snapshot", policy="lm", lm_threads=1)
-    snapshot = MemoryBank(config, lm=snapshot_lm, embedder=embedder)
-    result = snapshot.ingest(TEXT, name="parts")
-    assert result.nodes == 8 and result.edges and not result.errors
-    assert result.usage["analysis"]["calls"] == 1 < exact_result.usage["analysis"]["calls"]
-    # every node judged once, on the candidates the graph offered before the batch's first verdict
-    assert len(snapshot_lm.calls_for("analysis")) == 7
+def test_the_nodes_of_one_conversion_are_judged_on_the_graph_it_found_and_the_verdicts_applied_in_order(tmp_path, embedder):
+    conversion_lm, ordered_lm = scripted(), scripted()
+    conversion, _ = ingest(tmp_path, 8, conversion_lm, embedder)
+    config = AmbConfig(storage_dir=tmp_path / "ordered", ingest_batch=8, ingest_analysis="ordered", policy="lm", lm_threads=1)
+    ordered = MemoryBank(config, lm=ordered_lm, embedder=embedder)
+    result = ordered.ingest(TEXT, name="parts")
+    assert result.usage["analysis"]["calls"] == 7 and not result.errors  # ordered: one call a node
+    # conversion: every node was shown its candidates as drafted, none re-described by an earlier verdict
+    shown = [c["context"] for call in conversion_lm.calls_for("analysis") for c in call.input_json("candidates")]
+    assert shown and all("~" not in context for context in shown)
+    assert any("~" in c["context"] for call in ordered_lm.calls_for("analysis") for c in call.input_json("candidates"))
+    # "harbour fishing nets" (part 6) relates to part 0, which part 2 re-described first: in conversion order
+    # its verdict rests on part 0 as drafted, in the ordered one on part 0 as part 2's verdict left it
+    contexts = {bank: {n.context.split(" ~")[0]: n.context for n in bank.store.graph.nodes_dict.values()}
+                for bank in (conversion, ordered)}
+    assert contexts[conversion]["Part 6"] == "Part 6 ~ Part 0"
+    assert contexts[ordered]["Part 6"] == "Part 6 ~ Part 0 ~ Part 2"
+    # part 0 was re-described by the verdicts of parts 2 and 6: the later one stands
+    assert contexts[conversion]["Part 0"] == "Part 0 ~ Part 6"
 
 
 def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embedder):
@@ -137,3 +151,35 @@ def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embe
     assert shape(bank) == shape(one) and not result.errors
     assert not any(c.route.endswith("_batch") for c in lm.calls)  # the demos' predictors answered every item
     assert result.usage["structure"]["calls"] == 8 and result.usage["analysis"]["calls"] == 7
+
+
+def test_an_analysis_answer_cut_short_by_max_tokens_is_asked_again_and_loses_no_judgement(tmp_path, embedder):
+    from scripted_lm import _render
+
+    def cut_the_first(script):
+        calls = []
+
+        def answer(call):
+            reply = _render(script(call), call.output_fields, call.json_mode)
+            if call.route != "analysis_batch":
+                return reply
+            calls.append(call)
+            return reply[: len(reply) * 7 // 10] if len(calls) <= 2 else reply  # the LM stopped at max_tokens
+        return answer
+
+    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    lm = scripted(wrap_batches=cut_the_first)
+    many, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(many) == shape(one) and not result.errors  # every judgement of the cut answer made again
+    sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
+    assert sizes == [7, 7, 3, 4]  # cut twice (asked by DSPy's ChatAdapter, then its JSON one), then each half
+
+
+def test_the_previous_release_names_of_the_analysis_order_still_configure_it(monkeypatch):
+    monkeypatch.setenv("AMB_INGEST_ANALYSIS", "exact")
+    assert AmbConfig().ingest_analysis == "ordered"
+    monkeypatch.setenv("AMB_INGEST_ANALYSIS", "snapshot")
+    assert AmbConfig().ingest_analysis == "conversion"
+    monkeypatch.setenv("AMB_INGEST_ANALYSIS", "sometimes")
+    with pytest.raises(ValueError, match="'conversion' or 'ordered'"):
+        AmbConfig()

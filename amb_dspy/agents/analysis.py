@@ -16,31 +16,29 @@ Several new nodes at once (``forward(batch=[(node, candidates), ...])``, the ban
 the nodes whose candidates fit one call go to
 :class:`~amb_dspy.agents.analysis_batch.AnalyzeRelationshipsBatch` (every node shown once, numbered;
 see that module), packed by the window; each node gets the output a call of its own would give it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
-out, is judged on its own exactly as above. The caller decides which nodes may be judged together
-(see :mod:`amb_dspy.memory_writer`: the spec's order is kept by checking each verdict still applies).
+out, is judged on its own exactly as above; an unusable batch answer is asked again in two halves. The caller decides which nodes may be judged together
+(see :mod:`amb_dspy.memory_writer`: the nodes of one conversion are judged independently, on the graph
+as the conversion found it).
 
 Predictor: ``analyze`` (:class:`AnalyzeRelationships`); the batch predictor is not compiled (held
 outside the module's named predictors); a compiled
-agent (its predictor holds demos) judges only the first node of a batch, alone, as it was compiled
-(`amb optimize` compiles with one item a call), and the bank asks the others in their turn.
+agent (its predictor holds demos) judges each node of a batch alone, as it was compiled (`amb optimize`
+compiles with one item a call).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import dspy
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from amb_dspy.agents.analysis_batch import AnalyzeRelationshipsBatch, judge_together, pack_items
-from amb_dspy.agents.base import Borrowed, LMKeywords, MemoryAgent, dedupe, logger
+from amb_dspy.agents.base import AgentError, Borrowed, MemoryAgent, dedupe, logger
 from amb_dspy.agents.chunking import pack
+from amb_dspy.agents.judgement import PRIORITY, Judgement, RelationshipKind
 from amb_dspy.parallel import map_in_context
 from amb_dspy.storage.content import NodeContent
-
-RelationshipKind = Literal["conflict", "related", "unrelated"]
-PRIORITY: dict[str, int] = {"conflict": 0, "related": 1, "unrelated": 2}
 
 
 class NodeInfo(NodeContent):
@@ -72,19 +70,6 @@ class CandidateBrief(BaseModel):
     summary: str
     context: str
     keywords: list[str]
-
-
-class Judgement(BaseModel):
-    """The verdict on one candidate; fill only the fields of its relationship kind."""
-
-    candidate: int = Field(description="the candidate's number")
-    relationship: RelationshipKind
-    reasoning: str = Field("", description="one sentence on why")
-    conflict_description: str = Field("", description="conflict only: which claims contradict each other")
-    context_update_new: str = Field("", description="related only: the new node's context, mentioning the link")
-    context_update_existing: str = Field("", description="related only: the candidate's context, mentioning the link")
-    keywords_update_new: LMKeywords = Field(default_factory=list, description="related only: the new node's keywords")
-    keywords_update_existing: LMKeywords = Field(default_factory=list, description="related only: the candidate's keywords")
 
 
 class AnalyzeRelationships(dspy.Signature):
@@ -129,8 +114,8 @@ class AnalysisAgent(MemoryAgent):
                 batch: list[tuple[NodeInfo, list[NodeInfo]]] | None = None) -> AnalysisOutput | list[AnalysisOutput]:
         """The relationships of ``new_node`` to ``candidates``, or with ``batch`` those of each pair, in order."""
         if batch is not None:
-            if self.analyze.demos:  # compiled one node a call: the first is judged, the caller asks the rest in turn
-                return [self._alone(batch[0][0], unique_candidates(batch[0][1]))]
+            if self.analyze.demos:  # compiled one node a call: each is judged alone, as it was compiled
+                return [self._alone(node, unique_candidates(candidates)) for node, candidates in batch]
             return self._forward_batch(batch)
         return self._alone(new_node, unique_candidates(candidates))
 
@@ -180,10 +165,18 @@ class AnalysisAgent(MemoryAgent):
         return outputs
 
     def _judge_many(self, items: list[tuple[NodeInfo, list[NodeInfo]]]) -> list[dict[str, Judgement]]:
-        """Each item's verdicts by candidate id; an item alone, or one the answer leaves out, asked on its own."""
-        found = judge_together(self, self._batch.value, items) if len(items) > 1 else [None]
-        return [self._judge(_brief(node), candidates) if verdicts is None else
-                _by_candidate(candidates, [Judgement(**v.model_dump()) for v in verdicts])
+        """Each item's verdicts by candidate id; an item alone, or one the answer leaves out, asked on its own.
+        An unusable batch answer (not the format, or cut short by the LM's ``max_tokens`` when the room
+        estimate was short) is asked again in two halves, down to single items."""
+        if len(items) == 1:
+            return [self._judge(_brief(items[0][0]), items[0][1])]
+        try:
+            found = judge_together(self, self._batch.value, items)
+        except AgentError as exc:
+            half = len(items) // 2
+            logger.warning("analysis: %s; the batch of %d nodes asked again in two halves", exc.message, len(items))
+            return self._judge_many(items[:half]) + self._judge_many(items[half:])
+        return [self._judge(_brief(node), candidates) if verdicts is None else _by_candidate(candidates, verdicts)
                 for (node, candidates), verdicts in zip(items, found)]
 
     @staticmethod

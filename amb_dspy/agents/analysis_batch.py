@@ -2,26 +2,38 @@
 
 Consecutive new nodes share most of their candidates (and an earlier new node is often a candidate of
 a later one), so a batch shows every node once, in a numbered list of notes, and lists each new note
-with the numbers of its own candidates. Each judgement names a candidate by its note number; the code
+with the numbers of its own candidates. The answer lists, under each new note, only the candidates that
+conflict with it or relate to it (an unrelated judgement says nothing the bank keeps, and most
+candidates are unrelated: leaving them out lets a call hold more nodes); a candidate left out is
+unrelated, as in a call on one node. Each judgement names a candidate by its note number; the code
 maps it back to that node's candidates (a number outside them is dropped and logged) and keeps the
 highest-priority judgement per candidate, as for one node. A new node the answer leaves out is
 reported as such, for the agent to judge on its own.
 
 Calls are packed in order by the agent's window (the notes and the list of new notes), by the room its
-LM leaves for the answer (about :data:`JUDGEMENT_TOKENS` a candidate), and by ``config.ingest_batch``.
+LM leaves for the answer (:data:`NOTE_ANSWER_TOKENS` a new note and :data:`ANSWER_TOKENS_PER_CANDIDATE`
+a candidate, as if all were related), and by ``config.ingest_batch``. The answer ends with a field
+(``complete``) that an answer cut short by the LM's ``max_tokens`` lacks, so such an answer never
+parses (DSPy's JSON reading would otherwise repair it into one missing the last judgements); it is
+asked again in two halves, like any unusable answer (see ``AnalysisAgent``).
 """
 
 from __future__ import annotations
-
-from typing import Literal
 
 import dspy
 from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import LMKeywords, MemoryAgent, answer_tokens, logger
+from amb_dspy.agents.judgement import CandidateJudgement, Judgement
 from amb_dspy.storage.content import NodeContent
 
-JUDGEMENT_TOKENS = 60  # a related judgement with both contexts and keyword lists rewritten, about
+# The answer room a batch reserves, for the worst case: every candidate related. A related judgement (the
+# candidate's context and keywords rewritten, a sentence of reasoning) is about 60 tokens, a new note's
+# heading with its own rewrite about 45 (the scripted LM of bench/ingest_cost.py writes 55 and 40; a real
+# LM's sentences run longer). An unrelated judgement is left out. A longer answer than reserved is cut by
+# the LM's max_tokens and asked again in halves: a wasted call, never a lost judgement.
+NOTE_ANSWER_TOKENS = 45
+ANSWER_TOKENS_PER_CANDIDATE = 60
 
 
 class NoteBrief(BaseModel):
@@ -36,22 +48,14 @@ class NewNote(BaseModel):
     candidates: list[int] = Field(description="the numbers of the existing notes to judge it against")
 
 
-class Verdict(BaseModel):
-    """The verdict on one candidate; fill only the fields of its relationship kind."""
-
-    candidate: int = Field(description="the candidate's note number")
-    relationship: Literal["conflict", "related", "unrelated"]
-    reasoning: str = Field("", description="one sentence on why")
-    conflict_description: str = Field("", description="conflict only: which claims contradict each other")
-    context_update_new: str = Field("", description="related only: the new note's context, mentioning the link")
-    context_update_existing: str = Field("", description="related only: the candidate's context, mentioning the link")
-    keywords_update_new: LMKeywords = Field(default_factory=list, description="related only: the new note's keywords")
-    keywords_update_existing: LMKeywords = Field(default_factory=list, description="related only: the candidate's keywords")
-
-
 class NoteVerdicts(BaseModel):
     note: int = Field(description="the new note's number")
-    relationships: list[Verdict] = Field(description="one judgement per candidate of that note")
+    context_update: str = Field("", description="when it relates to a candidate: the new note's context, mentioning "
+                                                "every link; else empty")
+    keywords_update: LMKeywords = Field(default_factory=list, description="when it relates to a candidate: the new "
+                                                                         "note's keywords; else empty")
+    relationships: list[CandidateJudgement] = Field(description="the judgements of the candidates that conflict "
+                                                                "with that note or relate to it; empty when none does")
 
 
 class AnalyzeRelationshipsBatch(dspy.Signature):
@@ -61,14 +65,17 @@ class AnalyzeRelationshipsBatch(dspy.Signature):
     judge it against those only, and judge each new note separately. Judge every candidate in this
     order. Conflict: the two make contradicting claims about the same thing (a different date, number,
     name or outcome); describe the contradiction. Otherwise related: they share an entity, topic or
-    line of reasoning, so one helps to understand the other; rewrite the one-sentence context and the
-    keywords of both notes so that each also reflects the other. Otherwise unrelated. Refer to notes
-    only by their numbers, and give the verdicts of every new note under its number.
+    line of reasoning, so one helps to understand the other; rewrite the candidate's one-sentence
+    context and keywords so that they also reflect the new note, and once per new note its own context
+    and keywords so that they reflect all its related candidates. Otherwise unrelated: leave it out.
+    Refer to notes only by their numbers, and give every new note under its number, with an empty
+    list of relationships when none of its candidates conflicts or relates.
     """
 
     notes: list[NoteBrief] = dspy.InputField(desc="every note the judgements refer to, each once, with its number")
     new_notes: list[NewNote] = dspy.InputField(desc="the new notes to judge, each with its candidates' numbers")
-    verdicts: list[NoteVerdicts] = dspy.OutputField(desc="for each new note, by number, one judgement per candidate")
+    verdicts: list[NoteVerdicts] = dspy.OutputField(desc="for each new note, by number, its conflicting and related candidates")
+    complete: bool = dspy.OutputField(desc="true, written after the verdicts of every new note")
 
 
 Item = tuple[NodeContent, list[NodeContent]]  # (new node, its candidates), each with an id
@@ -87,7 +94,7 @@ def pack_items(agent: MemoryAgent, predictor: dspy.Predict, items: list[Item]) -
         briefs = {n.id: n for n in [node, *candidates]}
         cost = sum(agent.count_tokens(_note(99, briefs[n]).model_dump_json()) for n in new)
         cost += agent.count_tokens(NewNote(note=99, candidates=[99] * len(candidates)).model_dump_json())
-        answer = JUDGEMENT_TOKENS * len(candidates)
+        answer = NOTE_ANSWER_TOKENS + ANSWER_TOKENS_PER_CANDIDATE * len(candidates)
         full = len(current) >= agent.config.ingest_batch or (room is not None and answered + answer > room)
         if current and (used + cost > budget or full):
             groups.append(current)
@@ -114,9 +121,11 @@ def judge_together(agent: MemoryAgent, predictor: dspy.Predict, items: list[Item
                 notes.append(_note(numbers[brief.id], brief))
     new_notes = [NewNote(note=numbers[node.id], candidates=[numbers[c.id] for c in candidates]) for node, candidates in items]
     prediction = agent.call(predictor, notes=notes, new_notes=new_notes)
-    by_note: dict[int, list[Verdict]] = {}
+    by_note: dict[int, list[Judgement]] = {}
     for verdicts in prediction.verdicts or []:
-        by_note.setdefault(verdicts.note, []).extend(verdicts.relationships or [])
+        # the new note's rewrite, given once, goes with each of its related judgements (the last one applied stands)
+        own = {"context_update_new": verdicts.context_update, "keywords_update_new": list(verdicts.keywords_update)}
+        by_note.setdefault(verdicts.note, []).extend(Judgement(**j.model_dump(), **own) for j in verdicts.relationships or [])
     out: list[list | None] = []
     for node, candidates in items:
         found = by_note.get(numbers[node.id])

@@ -5,9 +5,11 @@ compiled state (instructions and demos) saves and loads by that name. Agents tak
 models, never touch storage, and call whatever LM is configured (``dspy.configure`` /
 ``dspy.context``), or the ``lm=`` they were built with.
 
-Prompt sizing. An agent's window (``AmbConfig.<agent>_window``, 8000 by default, capped by what an
-embedded model's context leaves after its answer, see ``amb_dspy.lm.prompt_budget``) bounds the whole
-prompt it sends: instructions, field descriptions, compiled demos and inputs. The share left for the
+Prompt sizing. An agent's window (``AmbConfig.<agent>_window``; for the agents that pack memory
+conversion into calls, classification, structure and analysis, by default the LM's own window as
+LiteLLM's model table gives it, else 8000; for the others 8000; always capped by what an embedded
+model's context leaves after its answer, see ``amb_dspy.lm.prompt_budget``) bounds the whole prompt
+it sends: instructions, field descriptions, compiled demos and inputs. The share left for the
 variable input is
 
     budget = int(window * chunk_ratio) - overhead
@@ -32,9 +34,9 @@ import pydantic
 from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
-from amb_dspy.config import AgentName, AmbConfig
+from amb_dspy.config import DEFAULT_WINDOW, AgentName, AmbConfig
 from amb_dspy.errors import ConfigError
-from amb_dspy.lm import is_embedded, prompt_budget
+from amb_dspy.lm import input_window, is_embedded, prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
 
 logger = logging.getLogger("amb_dspy.agents")
@@ -111,10 +113,13 @@ class MemoryAgent(dspy.Module):
 
     @property
     def window(self) -> int:
-        """The configured window, capped by the prompt room of the active LM where that is known
-        (an embedded model's context minus its answer's share)."""
+        """The configured window, else (None) the active LM's (:func:`~amb_dspy.lm.input_window`), else
+        :data:`~amb_dspy.config.DEFAULT_WINDOW`; capped by an embedded model's prompt room (its context
+        minus its answer's share)."""
         window = self.config.window(self.name)
         lm = self.active_lm()
+        if window is None:
+            window = (input_window(lm) if lm is not None else None) or DEFAULT_WINDOW
         limit = prompt_budget(lm) if lm is not None else None
         return min(window, limit) if limit else window
 

@@ -170,9 +170,22 @@ def pack(pieces: Sequence[str], budget: int, count: TokenCounter = estimate_toke
     return groups
 
 
-def at_most(groups: list[list[int]], size: int) -> list[list[int]]:
-    """``groups`` with any group longer than ``size`` cut, in order, into groups of at most ``size``."""
-    return [group[i:i + size] for group in groups for i in range(0, len(group), size)]
+def pack_within(costs: Sequence[Sequence[float]], limits: Sequence[float | None]) -> list[list[int]]:
+    """Greedy, order-keeping grouping of items (by index): ``costs[i][k]`` is what item ``i`` adds to a
+    group's ``k``-th measure, and a group keeps every measure within ``limits[k]`` (None: no limit). An item
+    over a limit on its own gets a group of its own. Packing against all limits at once makes groups no
+    smaller than they need be (cutting a group that fits one limit by the next makes short leftovers)."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    used = [0.0] * len(limits)
+    for index, cost in enumerate(costs):
+        over = any(limit is not None and u + c > limit for u, c, limit in zip(used, cost, limits))
+        if current and over:
+            groups.append(current)
+            current, used = [], [0.0] * len(limits)
+        current.append(index)
+        used = [u + c for u, c in zip(used, cost)]
+    return groups + ([current] if current else [])
 
 
 def chunk_text(text: str, budget: int, count: TokenCounter = estimate_tokens) -> list[str]:

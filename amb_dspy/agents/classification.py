@@ -18,7 +18,8 @@ counted with :func:`~amb_dspy.agents.chunking.estimate_tokens`, the counter of t
 same text gives the same topics with or without a local model's tokenizer (the LM's own counter, lower than
 the estimate, let nodes reach 410 estimated tokens under a 300 bound). Windows stay in the LM's tokens.
 
-Input longer than the window is cut into chunks of whole segments, each classified on its own call,
+Input longer than the window, or than what the LM may answer for (its ``max_tokens``, about
+:data:`ANSWER_SHARE` a token of input), is cut into chunks of whole segments, each classified on its own call,
 and the clusters of all chunks are concatenated (so the output's ``should_cluster`` is simply
 "more than one cluster"). Cluster ids are ``c1, c2, ...`` in order.
 
@@ -30,7 +31,16 @@ from __future__ import annotations
 import dspy
 from pydantic import BaseModel, Field
 
-from amb_dspy.agents.base import LMKeywords, MemoryAgent, dedupe, fallback_context, fallback_keywords, logger
+from amb_dspy.agents.base import (
+    MIN_INPUT_BUDGET,
+    LMKeywords,
+    MemoryAgent,
+    answer_tokens,
+    dedupe,
+    fallback_context,
+    fallback_keywords,
+    logger,
+)
 from amb_dspy.agents.chunking import (
     TokenCounter,
     bounded_runs,
@@ -43,6 +53,10 @@ from amb_dspy.agents.chunking import (
 from amb_dspy.config import AmbConfig
 from amb_dspy.parallel import map_in_context
 from amb_dspy.text import locate
+
+# Answer tokens per token of segments: each topic of 80-300 tokens is answered with a sentence of context,
+# keywords and its segment numbers, about 40-60 tokens (the scripted LM of bench/ingest_cost.py writes 0.13).
+ANSWER_SHARE = 0.2
 
 
 class Cluster(BaseModel):
@@ -125,6 +139,9 @@ class ClassificationAgent(MemoryAgent):
         if not context.strip():
             return ClassificationOutput(should_cluster=False, clusters=[])
         budget = self.content_budget(self.classify, task_goal=task_goal, segments="")
+        room = answer_tokens(self.active_lm())
+        if room is not None:  # a chunk's answer must fit what the LM may write too
+            budget = max(MIN_INPUT_BUDGET, min(budget, int(room / ANSWER_SHARE)))
         number_cost = self.count_tokens("[99999] ")
         low, high = self.topic_tokens
         segments = self.topic_segments(context, budget - number_cost)

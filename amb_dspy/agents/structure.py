@@ -34,7 +34,7 @@ import dspy
 from pydantic import BaseModel, Field
 
 from amb_dspy.agents.base import Borrowed, MemoryAgent, answer_tokens
-from amb_dspy.agents.chunking import TokenCounter, at_most, chunk_text, pack
+from amb_dspy.agents.chunking import TokenCounter, chunk_text, pack_within
 from amb_dspy.config import AmbConfig
 from amb_dspy.parallel import map_in_context
 
@@ -94,6 +94,9 @@ class SummarizeClusters(dspy.Signature):
 
     topics: list[TopicText] = dspy.InputField(desc="numbered topic texts, each with its context, keywords and feedback")
     summaries: list[TopicSummary] = dspy.OutputField(desc="one summary per topic, by its number")
+    # Written last: an answer cut short by max_tokens lacks it and does not parse, rather than being read
+    # (DSPy's JSON repair) as one whose last summary is cut.
+    complete: bool = dspy.OutputField(desc="true, written after the summary of every topic")
 
 
 def length_feedback(ratio: float, summary_tokens: int, input_tokens: int, target: tuple[float, float]) -> str:
@@ -237,13 +240,13 @@ class StructureAgent(MemoryAgent):
         batch = self._batch.value
         budget = int(self.window * self.config.chunk_ratio) - self.prompt_tokens(batch, topics=[])
         room = answer_tokens(self.active_lm())
-        rendered = [TopicText(**{**item.model_dump(), "number": 99_999}).model_dump_json() for item in items]
-        groups = []
+        separator = self.count_tokens(", ")
+        # per item: its tokens in the prompt, one item, and its summary's most (half its content) in the answer
+        costs = [(self.count_tokens(TopicText(**{**item.model_dump(), "number": 99_999}).model_dump_json()) + separator,
+                  1, self.count_tokens(item.content) / 2) for item in items]
         # A compiled agent asks each item alone: its demos belong to the single-cluster predictor.
         size = 1 if self.summarize.demos else self.config.ingest_batch
-        for group in at_most(pack(rendered, budget, self.count_tokens, sep=", "), size):
-            # the summaries (at most half of the content) must fit the answer too
-            groups.extend(_within_answer(group, [self.count_tokens(items[i].content) for i in group], room))
+        groups = pack_within(costs, (budget, size, room))
         answers = map_in_context(lambda group: self._ask(batch, [items[i] for i in group]), groups, self.lm_threads())
         out: list[str] = [""] * len(items)
         for group, answer in zip(groups, answers):
@@ -264,16 +267,3 @@ class StructureAgent(MemoryAgent):
         by_number = {s.number: str(s.summary or "").strip() for s in prediction.summaries or []}
         return [by_number[n] if n in by_number else alone(item) for n, item in enumerate(items, 1)]
 
-
-def _within_answer(group: list[int], tokens: list[int], room: int | None) -> list[list[int]]:
-    """``group`` cut, in order, so that half of each part's content tokens fits ``room`` answer tokens."""
-    if room is None:
-        return [group]
-    parts, current, used = [], [], 0
-    for index, count in zip(group, tokens):
-        if current and used + count / 2 > room:
-            parts.append(current)
-            current, used = [], 0
-        current.append(index)
-        used += count / 2
-    return parts + [current]

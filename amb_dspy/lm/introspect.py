@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
 import os
 
 import dspy
@@ -30,13 +33,29 @@ def reads_images(lm: dspy.BaseLM) -> bool | None:
     declared = getattr(getattr(lm, "engine", None), "supports_vision", None)
     if isinstance(declared, bool):
         return declared
+    supported = _model_info(str(getattr(lm, "model", ""))).get("supports_vision")
+    return supported if isinstance(supported, bool) else None
+
+
+def input_window(lm: dspy.BaseLM) -> int | None:
+    """The prompt tokens ``lm`` accepts as LiteLLM's model table gives them (``max_input_tokens``), None when
+    the table does not know the model; an embedded model's room is :func:`prompt_budget`'s."""
+    if is_embedded(lm):
+        return prompt_budget(lm)
+    tokens = _model_info(str(getattr(lm, "model", ""))).get("max_input_tokens")
+    return tokens if isinstance(tokens, int) and tokens > 0 else None
+
+
+@functools.lru_cache(maxsize=64)
+def _model_info(model: str) -> dict:
+    """LiteLLM's entry for ``model`` ({} for a model it does not know); asked once per model string."""
     # LiteLLM fetches its model table from the network at import unless told to use the bundled copy.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     try:
         import litellm
 
-        info = litellm.get_model_info(str(getattr(lm, "model", "")))
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints a provider list for an unknown model
+            info = litellm.get_model_info(model)
     except Exception:  # noqa: BLE001 - LiteLLM raises plain Exceptions for models it does not know
-        return None
-    supported = info.get("supports_vision")
-    return supported if isinstance(supported, bool) else None
+        return {}
+    return dict(info)
