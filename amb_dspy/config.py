@@ -39,8 +39,9 @@ class AmbConfig(BaseSettings):
 
     lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
                                    "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
-    ingest_batch: int = Field(24, ge=1, description="most clusters (structure) or new nodes (analysis) one call takes, "
-                              "within the agent's window; 1: a call each (AMB_INGEST_BATCH)")
+    ingest_batch: int | None = Field(None, ge=1, description="most clusters (structure) or new nodes (analysis) one "
+                                     "call takes, within the agent's window; 1: a call each; default 24 for hosted "
+                                     "LMs, 1 for the embedded model (AMB_INGEST_BATCH)")
     ingest_analysis: Literal["conversion", "ordered"] = Field(
         "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
                                   "them, verdicts applied in order after (batched, the same bank as one call a node); "

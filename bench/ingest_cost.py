@@ -194,7 +194,7 @@ def main() -> None:
     parser.add_argument("--slice", type=int, default=0, help="ingest only the first N tokens (0: all)")
     parser.add_argument("--topic-tokens", type=int, default=300)
     parser.add_argument("--analysis", choices=["related", "unrelated"], nargs="+", default=["related", "unrelated"])
-    parser.add_argument("--batch", type=int, default=AmbConfig().ingest_batch)
+    parser.add_argument("--batch", type=int, default=None, help="AMB_INGEST_BATCH (default: the LM's, 24 hosted, 1 embedded)")
     args = parser.parse_args()
     embedder = default_embedder()
     rows = []

@@ -43,3 +43,14 @@ def test_classification_chunks_leave_room_for_the_answer_within_max_tokens():
     sizes = [estimate_tokens(call.inputs["segments"]) for call in capped.calls]
     assert len(sizes) > 1 and max(sizes) <= int(1000 * 0.8 / ANSWER_SHARE)
     assert sorted(" ".join(c.content for c in out.clusters).split()) == sorted(text.split())  # nothing lost
+
+
+@pytest.mark.parametrize("agent_type", [StructureAgent, AnalysisAgent])
+def test_ingest_batches_follow_the_lm_unless_configured(agent_type):
+    from amb_dspy.agents.base import HOSTED_INGEST_BATCH
+    from amb_dspy.lm import build_lm
+
+    embedded = build_lm("local", AmbConfig())  # built, not loaded
+    assert agent_type(AmbConfig(), lm=embedded).ingest_batch() == 1  # its batch answers seldom parse
+    assert agent_type(AmbConfig(), lm=dspy.LM("deepseek/deepseek-chat")).ingest_batch() == HOSTED_INGEST_BATCH
+    assert agent_type(AmbConfig(ingest_batch=3), lm=embedded).ingest_batch() == 3

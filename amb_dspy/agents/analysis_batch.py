@@ -95,7 +95,7 @@ def pack_items(agent: MemoryAgent, predictor: dspy.Predict, items: list[Item]) -
         cost = sum(agent.count_tokens(_note(99, briefs[n]).model_dump_json()) for n in new)
         cost += agent.count_tokens(NewNote(note=99, candidates=[99] * len(candidates)).model_dump_json())
         answer = NOTE_ANSWER_TOKENS + ANSWER_TOKENS_PER_CANDIDATE * len(candidates)
-        full = len(current) >= agent.config.ingest_batch or (room is not None and answered + answer > room)
+        full = len(current) >= agent.ingest_batch() or (room is not None and answered + answer > room)
         if current and (used + cost > budget or full):
             groups.append(current)
             current, shown, used, answered = [], set(), 0, 0

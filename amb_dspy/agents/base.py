@@ -49,6 +49,8 @@ LMKeywords = Annotated[list[str], pydantic.Field(json_schema_extra={"maxItems": 
 
 # Calls at once to a hosted LM: each is a round trip of a second or more, and providers accept a few.
 HOSTED_LM_THREADS = 8
+# Clusters or new nodes one ingest call takes from a hosted LM (chosen on LoCoMo conversation 26).
+HOSTED_INGEST_BATCH = 24
 
 # The least room an agent accepts for its variable input after instructions and demos.
 MIN_INPUT_BUDGET = 64
@@ -105,6 +107,15 @@ class MemoryAgent(dspy.Module):
             return self.config.lm_threads
         lm = self.active_lm()
         return 1 if lm is None or is_embedded(lm) else HOSTED_LM_THREADS
+
+    def ingest_batch(self) -> int:
+        """How many clusters (structure) or new nodes (analysis) one call may take: ``config.ingest_batch``,
+        else 24 for a hosted LM and 1 for the embedded model (its 1,024-token answers hold few summaries
+        and its batch answers seldom parse, so batching cost it more calls than asking one at a time)."""
+        if self.config.ingest_batch:
+            return self.config.ingest_batch
+        lm = self.active_lm()
+        return 1 if lm is None or is_embedded(lm) else HOSTED_INGEST_BATCH
 
     def count_tokens(self, text: str) -> int:
         """Tokens in ``text``: the ``token_counter=`` given, else the active LM's tokenizer, else the estimate."""

@@ -245,7 +245,7 @@ class StructureAgent(MemoryAgent):
         costs = [(self.count_tokens(TopicText(**{**item.model_dump(), "number": 99_999}).model_dump_json()) + separator,
                   1, self.count_tokens(item.content) / 2) for item in items]
         # A compiled agent asks each item alone: its demos belong to the single-cluster predictor.
-        size = 1 if self.summarize.demos else self.config.ingest_batch
+        size = 1 if self.summarize.demos else self.ingest_batch()
         groups = pack_within(costs, (budget, size, room))
         answers = map_in_context(lambda group: self._ask(batch, [items[i] for i in group]), groups, self.lm_threads())
         out: list[str] = [""] * len(items)
