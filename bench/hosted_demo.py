@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from local_servers import stop, wait_listening  # noqa: E402
 
 TASK = ("Which river flows through the city where the Tidewater Lantern Festival is held, and when does the "
         "festival take place?")
@@ -39,17 +40,12 @@ def start_server(port: int, threads: int, log: Path) -> subprocess.Popen:
         [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_path()), "--model_alias", "smollm2",
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--n_threads", str(threads)],
         stdout=log.open("w"), stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit(f"llama_cpp.server exited with {server.returncode}; see {log}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return server
-        except OSError:
-            time.sleep(1)
-    server.terminate()
-    raise SystemExit(f"llama_cpp.server did not listen on port {port} within 120 s; see {log}")
+    try:
+        wait_listening(port, server, 120, what="llama_cpp.server", output=lambda: f"see {log}", pause=1)
+    except RuntimeError as exc:
+        stop(server)
+        raise SystemExit(str(exc)) from None
+    return server
 
 
 def one_run(port: int, work: Path) -> dict:
@@ -89,8 +85,7 @@ def main() -> None:
                 print(f"run {number}: exit {r['exit']}  {r['termination']:<22} extractive {str(r['extractive']):<5} "
                       f"calls {r['lm_calls']:>3}  {r['seconds']:7.1f} s  {r['answer']!r} {r['error']}", flush=True)
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            stop(server, timeout=30)
     ok = sum(r["exit"] == 0 and r["answered"] for r in runs)
     print(json.dumps({"bench": "hosted_demo", "runs": len(runs), "answered_exit_0": ok,
                       "extractive": sum(r["extractive"] for r in runs),

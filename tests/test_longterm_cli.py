@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from local_servers import free_port
 from typer.testing import CliRunner
 
 from amb_dspy.config import AmbConfig
@@ -108,9 +108,7 @@ def test_bad_input_is_one_line(stored, tmp_path, args, expected):
 
 
 def test_unreachable_store_is_one_line(tmp_path, monkeypatch):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path))
     monkeypatch.setenv("AMB_LONGTERM_BACKEND", "chroma")
     monkeypatch.setenv("AMB_LONGTERM_URL", f"http://127.0.0.1:{port}")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
-from test_longterm import SEINE, _chroma_cli, _free_port
+from local_servers import free_port, stop, wait_listening
+from test_longterm import SEINE, _chroma_cli
 from test_longterm_run import ANSWER, scripted
 
 from amb_dspy.bank import MemoryBank
@@ -29,7 +29,7 @@ DANUBE = "The Danube is the second-longest river in Europe, after the Volga."
 
 
 def test_a_refusing_qdrant_server_gives_way_to_the_local_store(tmp_path, embedder):
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there: connection refused
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
     config = AmbConfig(storage_dir=tmp_path, longterm_backend="qdrant", longterm_url=url)
     store, notice = open_store_with_fallback(config, embedder=embedder)
     try:
@@ -44,7 +44,7 @@ def test_a_refusing_qdrant_server_gives_way_to_the_local_store(tmp_path, embedde
 
 def test_a_run_with_an_unreachable_qdrant_server_and_dual_writes_goes_on_and_journals(tmp_path, embedder):
     config = AmbConfig(storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=1, remember=True,
-                       recall=True, longterm_backend="qdrant", longterm_url=f"http://127.0.0.1:{_free_port()}",
+                       recall=True, longterm_backend="qdrant", longterm_url=f"http://127.0.0.1:{free_port()}",
                        longterm_dual_write=True)
     result = MemoryBank(config, lm=scripted(ANSWER), embedder=embedder).run("When is the Tidewater Lantern Festival?")
     assert result.answer == ANSWER
@@ -96,15 +96,9 @@ def _serve_chroma(port: int, folder) -> subprocess.Popen:
     server = subprocess.Popen([cli, "run", "--host", "127.0.0.1", "--port", str(port), "--path", str(folder)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                               env={"ANONYMIZED_TELEMETRY": "False", "PATH": "/usr/bin:/bin"})
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            ChromaStore.http(f"http://127.0.0.1:{port}", _Probe()).close()
-            return server
-        except Exception:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("chroma run did not start") from None
-            time.sleep(0.3)
+    wait_listening(port, server, 60, what="chroma run",
+                   probe=lambda: ChromaStore.http(f"http://127.0.0.1:{port}", _Probe()).close())
+    return server
 
 
 class _Probe:
@@ -116,17 +110,8 @@ class _Probe:
         raise AssertionError("the probe embeds nothing")
 
 
-def _stop(server: subprocess.Popen) -> None:
-    server.terminate()
-    try:
-        server.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait()
-
-
 def test_a_server_stopped_mid_run_never_fails_a_write_and_is_caught_up(tmp_path, embedder):
-    port, folder = _free_port(), tmp_path / "server"
+    port, folder = free_port(), tmp_path / "server"
     config = AmbConfig(storage_dir=tmp_path / "storage", longterm_backend="chroma",
                        longterm_url=f"http://127.0.0.1:{port}", longterm_dual_write=True)
     server = _serve_chroma(port, folder)
@@ -134,7 +119,7 @@ def test_a_server_stopped_mid_run_never_fails_a_write_and_is_caught_up(tmp_path,
         store, notice = open_store_with_fallback(config, embedder=embedder)
         assert notice is None and store.remote is not None
         first = store.write("ns", SEINE, "fact", task_id="t1").item
-        _stop(server)  # the server goes away mid-run
+        stop(server)  # the server goes away mid-run
         second = store.write("ns", DANUBE, "fact", task_id="t1").item
         assert store.remote is None and "long-term server unreachable" in store.notices[0]
         assert {h.item.id for h in store.search("ns", "European rivers", k=5)} == {first.id, second.id}
@@ -146,4 +131,4 @@ def test_a_server_stopped_mid_run_never_fails_a_write_and_is_caught_up(tmp_path,
         assert store.local.get("ns", second.id) == store.remote.get("ns", second.id)
         store.close()
     finally:
-        _stop(server)
+        stop(server)

@@ -10,13 +10,12 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from local_servers import free_port, stop, wait_listening
 
 pytest.importorskip("mcp")
 from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
@@ -143,28 +142,17 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
     asyncio.run(scenario())
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def http_server(tmp_path: Path):
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen([sys.executable, *SERVE, "--http", str(port)], env=_env(tmp_path), cwd=str(tmp_path),
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert process.poll() is None, process.stderr.read().decode()
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-            time.sleep(0.2)
+    try:  # its stderr is read once it has exited (a running server's pipe would block the read)
+        wait_listening(port, process, 120, what="amb serve --http", pause=0.2,
+                       output=lambda: process.stderr.read().decode() if process.poll() is not None else "")
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        stop(process, timeout=30)
 
 
 def test_http_on_localhost_serves_two_tasks_at_once_each_its_own_bank(tmp_path):
