@@ -40,7 +40,7 @@ __all__ = ["FOLDER_NAME", "QdrantEdgeStore", "SHARD", "open_shard"]
 
 SHARD = "edge"
 VECTOR = "item"
-_META_ID = str(uuid.uuid5(uuid.UUID("6f1d3a52-8a0e-4c8e-9a55-2c61d4b1e7a3"), "edge meta"))
+_META_ID = point_id("edge meta")  # the id space of every amb point (the same id as before: shards stay readable)
 _PAGE = 2_000
 _OPEN: dict[str, _Folder] = {}
 _OPEN_LOCK = threading.Lock()
