@@ -170,8 +170,8 @@ class MemoryView:
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
         self.spread_seeds, self.flat_share, self.ask_weight = spread_seeds, flat_share, ask_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
-        # (graph signature, lines, their index, each line's nodes, the spreading graph), rebuilt when the graph changes
-        self._lines: tuple = (None, [], None, [], None, None)
+        # (graph signature, lines, their index, the spreading graph, the lines' table), rebuilt when the graph changes
+        self._lines: tuple = (None, [], None, None, None)
         self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
         # (entry id, start, end) -> the line as shown, and (its stamp, its cost without, the stamp's cost)
         self._dated: dict[tuple[str, int, int], str] = {}
@@ -188,10 +188,9 @@ class MemoryView:
                 scores[neighbour] = max(scores.get(neighbour, 0.0), self.hop_weight * score)
         return scores
 
-    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, list[list[str]], SpreadingGraph | None,
-                                   LineTable | None]:
+    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, SpreadingGraph | None, LineTable | None]:
         """The source lines of every node (each line once, with the first node that holds it), their index,
-        the ids of all the nodes that hold each line, the graph the ranking spreads over, and the lines' table."""
+        the graph the ranking spreads over, and the lines' table (both know every node that holds a line)."""
         signature = tuple((node.id, tuple(node.sources), tuple(sorted(node.links)), tuple(node.keywords))
                           for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
@@ -225,8 +224,8 @@ class MemoryView:
             spreading = SpreadingGraph([tokenize(line.text) for line in lines], numbered,
                                        [tokenize(" ".join(node.keywords)) for node in nodes], links)
             table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines])
-        self._lines = (signature, lines, index, holders, spreading, table)
-        return lines, index, holders, spreading, table
+        self._lines = (signature, lines, index, spreading, table)
+        return lines, index, spreading, table
 
     def ranked_nodes(self, query: str, vector: np.ndarray | None = None) -> list[QueryGraphNode]:
         """All nodes, best first by :meth:`node_scores` (a top node's neighbours follow it in the ranking)."""
@@ -241,7 +240,7 @@ class MemoryView:
         """Every source line, best first by ``line score (x ask_weight for a question) + node_weight x node score
         + context_weight x best neighbour's score + spread_weight x its share of the spreading``; with
         ``flat_share``, that ranking interleaved with the lines' own scores' (a share of the block for them)."""
-        lines, index, _holders, spreading, table = self._line_index()
+        lines, index, spreading, table = self._line_index()
         if index is None:
             return []
         vector = self.store.embedder.embed([query])[0]
