@@ -240,7 +240,7 @@ class LongTermStore(ABC):
         now = self.clock()
         close = duplicate is not None and similarity >= self.dedup_threshold
         merged_content = merge_items(kind, duplicate.content, content, merge) if close else None
-        if duplicate is None or merged_content is None:  # nothing close enough, or too long to be one statement
+        if merged_content is None:  # nothing close enough, or too long to be one statement
             item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
             self._apply(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))

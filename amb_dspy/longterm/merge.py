@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Literal
 
-from amb_dspy.longterm.statements import contains, numbers_disagree, sentences
+from amb_dspy.longterm.statements import contains, sentences
 
 Merger = Callable[[str, str], str]
 MergeRule = Literal["overwrite", "append", "merged statement"]
@@ -43,8 +43,7 @@ MAX_TRAJECTORY_CHARS = 8_000
 # A merged statement is at most this long: an LM's longer one gives way to the heuristic merge, and two
 # statements that the heuristic cannot fit in it either stay two items.
 MAX_STATEMENT_CHARS = 4_000
-__all__ = ["DEDUP_THRESHOLD", "MERGE_RULES", "Merger", "heuristic_merge", "merge_items", "numbers_disagree",
-           "sentences"]
+__all__ = ["DEDUP_THRESHOLD", "MERGE_RULES", "Merger", "heuristic_merge", "merge_items"]
 
 
 def heuristic_merge(old: str, new: str) -> str:
