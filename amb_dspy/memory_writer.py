@@ -22,9 +22,10 @@ from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 
 
-def node_info(node: QueryGraphNode, with_id: bool = True) -> NodeInfo:
-    """A stored node as agents see it (no embedding); ``with_id=False`` for a node judged against others."""
-    return NodeInfo(id=node.id if with_id else None, summary=node.summary, context=node.context, keywords=list(node.keywords))
+def node_info(node: QueryGraphNode) -> NodeInfo:
+    """A stored node as agents see it (no embedding; a node judged alone is shown without its id, see
+    :meth:`MemoryWriter._judge_alone`)."""
+    return NodeInfo(id=node.id, summary=node.summary, context=node.context, keywords=list(node.keywords))
 
 
 class Conversion(NamedTuple):
@@ -143,13 +144,8 @@ class MemoryWriter:
         candidates = self._candidates(node, exclude)
         if not candidates:
             return ""
-        try:
-            verdict = self._agent("analysis", new_node=node_info(node, with_id=False),
-                                  candidates=[node_info(c) for c in candidates])
-        except AgentError as exc:
-            state.errors.append(str(exc))
-            return str(exc)
-        return self._apply(state, node, verdict, round)
+        verdict = self._judge_alone(state, node_info(node), [node_info(c) for c in candidates])
+        return verdict if isinstance(verdict, str) else self._apply(state, node, verdict, round)
 
     def _apply(self, state: RunState, node: QueryGraphNode, verdict, round: int = 0) -> str:
         """Act on an analysis verdict in the spec's order of kinds: a conflict is queued, a related pair linked."""
