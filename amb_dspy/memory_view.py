@@ -52,9 +52,9 @@ from amb_dspy.retrieval.keyword import tokenize
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
+from amb_dspy.text import split_sentences
 
 VIEWS = ("summary", "evidence")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 _TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
 _LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
@@ -141,12 +141,11 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_t
         if count(line) <= line_tokens:
             yield line_start, line_start + len(line), line_start
             continue
-        cursor = 0
-        for sentence in _SENTENCE_END.split(line):
-            offset = line.index(sentence, cursor)
-            cursor = offset + len(sentence)
+        offset = 0
+        for sentence in split_sentences(line):  # pieces in order, each with its trailing whitespace
             if sentence.strip():
-                yield line_start + offset, line_start + cursor, line_start
+                yield line_start + offset, line_start + offset + len(sentence.rstrip()), line_start
+            offset += len(sentence)
 
 
 def _scored(line: Evidence, score: float) -> Evidence:

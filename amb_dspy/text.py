@@ -12,13 +12,34 @@ def split_paragraphs(text: str) -> list[str]:
 
 # A sentence ends after . ! ? (plus closing quotes/brackets) followed by whitespace, or after CJK full stops.
 _SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*\s*")
+_LAST_WORD = re.compile(r"[\w.]+$")
+# Words whose period belongs to a name that goes on ("Ken St. Andre", "Dr. Watson").
+_BEFORE_NAME = frozenset({"mr", "mrs", "ms", "dr", "st", "prof", "mt", "ft", "gen", "gov", "sen", "rep", "rev", "capt",
+                          "col", "lt", "sgt", "messrs"})
+# Words whose period ends a sentence only when a capitalised word follows ("Apple Inc. for" goes on, "No. 5" too).
+_SHORTENED = frozenset({"inc", "ltd", "co", "corp", "bros", "jr", "sr", "vs", "etc", "no", "vol", "approx", "est", "fig"})
+
+
+def _abbreviation(before: str, stop: str, after: str) -> bool:
+    """Whether the single period ``stop`` after ``before`` shortens a word rather than ending a sentence: an initial
+    ("K. A. Applegate"), a dotted abbreviation ("U.S. Navy", "e.g. this"), a title before a name, or a shortened word
+    followed by a lower-case word or a number."""
+    if stop.strip() != ".":
+        return False
+    word = (_LAST_WORD.search(before) or [""])[0]
+    if not word:
+        return False
+    if (len(word) == 1 and word.isupper()) or "." in word or word.lower() in _BEFORE_NAME:
+        return True
+    return word.lower() in _SHORTENED and (after[:1].islower() or after[:1].isdigit())
 
 
 def split_sentences(text: str) -> list[str]:
-    """``text`` cut after each sentence end; every piece keeps its trailing whitespace, so they join back losslessly."""
+    """``text`` cut after each sentence end (not after an initial or an abbreviation: see :func:`_abbreviation`);
+    every piece keeps its trailing whitespace, so they join back losslessly."""
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
-        if match.end() < len(text):
+        if match.end() < len(text) and not _abbreviation(text[start:match.start()], match.group(0), text[match.end():]):
             pieces.append(text[start : match.end()])
             start = match.end()
     pieces.append(text[start:])

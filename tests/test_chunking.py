@@ -107,6 +107,17 @@ def test_sentences_split_losslessly_including_cjk():
     ]
 
 
+def test_sentences_do_not_end_at_initials_titles_or_abbreviations():
+    text = ("Tunnels & Trolls was designed by Ken St. Andre and K. A. Applegate in the U.S. in 1975. "
+            "He worked at Apple Inc. for years. He left Apple Inc. Then he rested. No. It was No. 5 on the list.")
+    pieces = split_sentences(text)
+    assert "".join(pieces) == text
+    assert [p.strip() for p in pieces] == [
+        "Tunnels & Trolls was designed by Ken St. Andre and K. A. Applegate in the U.S. in 1975.",
+        "He worked at Apple Inc. for years.", "He left Apple Inc.", "Then he rested.", "No.", "It was No. 5 on the list.",
+    ]
+
+
 def test_paragraphs_split_on_blank_lines_only():
     assert split_paragraphs("a\nb\n\n  \n\nc\n \t\nd\n\n") == ["a\nb", "c", "d"]
 

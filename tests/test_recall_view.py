@@ -140,3 +140,17 @@ def test_a_header_is_never_dearer_than_its_costed_form():
     ids = [uuid.uuid4().hex[:length] for length in (8, 9, 32) for _ in range(3000)] + ["0a0a0a0a", "12345678"]
     assert all(estimate_tokens(_header(i, 10)) + 2 <= _header_cost(i, estimate_tokens) for i in ids)
     assert _header_cost("abcdef12", estimate_tokens) == _header_cost("01234567", estimate_tokens)
+
+
+def test_a_long_line_is_shown_sentence_by_sentence_never_cut_at_an_initial(embedder):
+    paragraph = ("Tunnels & Trolls is a fantasy role-playing game designed by Ken St. Andre and first published in 1975 "
+                 "by Flying Buffalo. The second modern role-playing game published, it was written to be a more "
+                 "accessible alternative to Dungeons & Dragons. Its companion books were edited by K. A. Applegate.")
+    store, _ = store_of(embedder, [[paragraph]])
+    lines = MemoryView(store, line_tokens=20).ranked_evidence("Who designed Tunnels & Trolls?")
+    assert sorted(line.text for line in lines) == sorted([
+        "Tunnels & Trolls is a fantasy role-playing game designed by Ken St. Andre and first published in 1975 by Flying Buffalo.",
+        "The second modern role-playing game published, it was written to be a more accessible alternative to Dungeons & Dragons.",
+        "Its companion books were edited by K. A. Applegate.",
+    ])
+    assert lines[0].text.startswith("Tunnels & Trolls is")
