@@ -18,7 +18,9 @@ the nodes that hold them and the rare terms they share form one graph, and a per
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
 line that shares only a bridge name with the first still ranks. A question line's own score counts
 ``ask_weight`` (in a dialogue the answer is the turn after it), a long turn's later sentences are indexed with
-its stamp and speaker (:func:`label_of`), and ``flat_share`` of the ranking is the lines' own scores' order,
+its stamp and speaker (:func:`label_of`), a heading ("Ed Wood (film)" over its article) is no line of its own but
+indexes the lines of its paragraph (:func:`heading_of`: it would spend the budget on a title, and its words are
+what tie a paragraph's later sentences to the question), and ``flat_share`` of the ranking is the lines' own scores' order,
 interleaved (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push
 out every line that plain retrieval would have shown; the arithmetic is
 :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
@@ -65,6 +67,8 @@ SPREAD_SEEDS = 3  # the best lines whose terms seed the spreading, beside the qu
 SUMMARY_LINES = 3
 FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before the graph's additions
 ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
+HEADING_TOKENS = 15  # a line this short with no closing punctuation, over a text line, is a heading
+_CLOSED = re.compile(r"[.!?,:;\"')\]\u201d\u2019]\s*$")
 SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
 
 
@@ -128,15 +132,39 @@ def label_of(line: str) -> str:
     return match.group(0).strip() if match else ""
 
 
+def _line_at(text: str, start: int) -> str:
+    end = text.find("\n", start)
+    return text[start:] if end < 0 else text[start:end]
+
+
+def is_heading(line: str, following: str, count: Callable[[str], int] = estimate_tokens) -> bool:
+    """Whether ``line`` titles the text right under it ("Ed Wood (film)" over its article): short, with no closing
+    punctuation, no date stamp or speaker, and a non-empty ``following`` line."""
+    return (bool(following.strip()) and count(line) <= HEADING_TOKENS and not _CLOSED.search(line)
+            and not label_of(line))
+
+
+def heading_of(text: str, line_start: int, count: Callable[[str], int] = estimate_tokens) -> str:
+    """The heading of the paragraph (blank-line separated) whose line begins at ``line_start``; "" when its first
+    line is no heading, or is that line."""
+    first = text.rfind("\n\n", 0, line_start)
+    first = 0 if first < 0 else first + 2
+    if first >= line_start:
+        return ""
+    line = _line_at(text, first)
+    return line.strip() if is_heading(line, _line_at(text, first + len(line) + 1), count) else ""
+
+
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
     """``(start, end, line_start)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
-    a span may begin or end inside one), long lines cut at sentence ends."""
+    a span may begin or end inside one), long lines cut at sentence ends; a heading is no line of its own (its
+    words index the lines under it: :func:`heading_of`)."""
     start = text.rfind("\n", 0, start) + 1
     end = len(text) if (cut := text.find("\n", max(end - 1, start))) < 0 else cut
     position = start
     for line in text[start:end].split("\n"):
         line_start, position = position, position + len(line) + 1
-        if not line.strip():
+        if not line.strip() or is_heading(line, _line_at(text, position) if position <= len(text) else "", count):
             continue
         if count(line) <= line_tokens:
             yield line_start, line_start + len(line), line_start
@@ -204,8 +232,10 @@ class MemoryView:
                         if key not in position:
                             position[key] = len(lines)
                             lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
-                            # a long line's later sentences are found by its stamp and speaker too
-                            label = label_of(text[line_start:start]) if start > line_start else ""
+                            # a long line's later sentences are found by its stamp and speaker too, a paragraph's
+                            # lines by its heading
+                            label = " ".join(filter(None, (heading_of(text, line_start, self.count),
+                                                           label_of(text[line_start:start]) if start > line_start else "")))
                             indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
                             holders.append([])
                         holders[position[key]].append(node.id)

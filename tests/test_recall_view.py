@@ -9,7 +9,7 @@ import pytest
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view import MemoryView
+from amb_dspy.memory_view import MemoryView, heading_of, is_heading
 from amb_dspy.retrieval.keyword import tokenize
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
@@ -154,3 +154,22 @@ def test_a_long_line_is_shown_sentence_by_sentence_never_cut_at_an_initial(embed
         "Its companion books were edited by K. A. Applegate.",
     ])
     assert lines[0].text.startswith("Tunnels & Trolls is")
+
+
+def test_a_heading_is_no_line_of_its_own_and_its_words_find_the_lines_under_it(embedder):
+    articles = ["Corvex Cycles", "Corvex Cycles was started in Gothenburg.", "It makes the Zephyr racing bike.", "",
+                "Nimbus", "The Nimbus bike rides well on gravel roads.", "Its frame is steel."]
+    text = "\n".join(articles)
+    assert is_heading("Corvex Cycles", "Corvex Cycles was started in Gothenburg.")
+    assert not is_heading("It makes the Zephyr racing bike.", "")
+    assert not is_heading("[8 May, 2023] Caroline: Hey Mel", "[8 May, 2023] Melanie: Hi")  # a turn, not a title
+    assert heading_of(text, text.index("It makes")) == "Corvex Cycles" and heading_of(text, text.index("Its frame")) == "Nimbus"
+    assert heading_of(text, 0) == ""
+    store = MemoryStore(embedder, InsightDoc(task_goal="test"))
+    nodes = store.add_nodes([NodeContent(summary=text, context="bikes", keywords=["bike"])])
+    store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
+                       spans={nodes[0].id: [(0, len(text))]})
+    lines = MemoryView(store, flat_share=1.0).ranked_evidence("What does Corvex Cycles make?")
+    assert {line.text for line in lines} == {line for line in articles if line and line not in ("Corvex Cycles", "Nimbus")}
+    # "It makes ..." says "Corvex Cycles" only through its heading
+    assert {line.text for line in lines[:2]} == {"Corvex Cycles was started in Gothenburg.", "It makes the Zephyr racing bike."}
