@@ -16,14 +16,21 @@ Two views of the same Query Graph (``AMB_MEMORY_VIEW``):
 The evidence view's ranking also spreads over the graph (:mod:`amb_dspy.retrieval.spreading`): lines,
 the nodes that hold them and the rare terms they share form one graph, and a personalized PageRank seeded
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
-line that shares only a bridge name with the first still ranks. A question line's own score counts
-``ask_weight`` (in a dialogue the answer is the turn after it), a long turn's later sentences are indexed with
-its stamp and speaker (:func:`label_of`), a heading ("Ed Wood (film)" over its article) is no line of its own but
-indexes the lines of its paragraph (:func:`heading_of`: it would spend the budget on a title, and its words are
-what tie a paragraph's later sentences to the question), and ``flat_share`` of the ranking is the lines' own scores' order,
-interleaved (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push
-out every line that plain retrieval would have shown; the arithmetic is
-:class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
+line that shares only a bridge name with the first still ranks. Besides:
+
+* a question line's own score counts ``ask_weight`` (in a dialogue the answer is the turn after it);
+* a long turn's later sentences are indexed with its stamp and speaker (:func:`label_of`);
+* a heading ("Ed Wood (film)" over its article) is no line of its own but indexes the lines of its paragraph
+  (:func:`heading_of`): shown alone it spends the budget on a title, and its words are what tie a paragraph's
+  later sentences to the question;
+* a question that names one speaker of a dialogue counts the other speakers' lines ``other_weight``: what a
+  person did is told in that person's own turns (96% of the evidence turns of LoCoMo 26's questions that name
+  one speaker), while the other's turns name them too ("Wow, Caroline!");
+* ``flat_share`` of the ranking is the lines' own scores' order, interleaved
+  (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push out every
+  line that plain retrieval would have shown.
+
+The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
 their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.
@@ -69,6 +76,8 @@ FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before t
 ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
 HEADING_TOKENS = 15  # a line this short with no closing punctuation, over a text line, is a heading
 _CLOSED = re.compile(r"[.!?,:;\"')\]\u201d\u2019]\s*$")
+OTHER_WEIGHT = 0.7  # a line said by someone other than the one speaker a question names (dialogues)
+_WORDS = re.compile(r"[^\W_]+")
 SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
 
 
@@ -132,6 +141,12 @@ def label_of(line: str) -> str:
     return match.group(0).strip() if match else ""
 
 
+def speaker_of(line: str) -> str:
+    """Who says the line, lower-case ("[8 May, 2023] Caroline: Hi" -> "caroline"; "" when no one is named)."""
+    label = label_of(line)
+    return label[label.find("]") + 1:].strip().rstrip(":").lower()
+
+
 def _line_at(text: str, start: int) -> str:
     end = text.find("\n", start)
     return text[start:] if end < 0 else text[start:end]
@@ -187,7 +202,8 @@ class MemoryView:
     def __init__(self, store: MemoryStore, *, view: str = "summary", k: int = 5, alpha: float = 0.5,
                  node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
-                 line_tokens: int = LINE_TOKENS, flat_share: float = FLAT_SHARE, ask_weight: float = ASK_WEIGHT, count: Callable[[str], int] = estimate_tokens):
+                 line_tokens: int = LINE_TOKENS, flat_share: float = FLAT_SHARE, ask_weight: float = ASK_WEIGHT,
+                 other_weight: float = OTHER_WEIGHT, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
@@ -196,6 +212,7 @@ class MemoryView:
         self.count = functools.lru_cache(maxsize=100_000)(count)
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
         self.spread_seeds, self.flat_share, self.ask_weight = spread_seeds, flat_share, ask_weight
+        self.other_weight = other_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, the spreading graph, the lines' table), rebuilt when the graph changes
         self._lines: tuple = (None, [], None, None, None)
@@ -222,7 +239,7 @@ class MemoryView:
                           for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
             return self._lines[1:]
-        entries, position, lines, holders, indexed = self.store.tree.entries, {}, [], [], []
+        entries, position, lines, holders, indexed, speakers = self.store.tree.entries, {}, [], [], [], []
         for node in self.store.graph.nodes_dict.values():
             for source in node.sources:
                 text = entries[source.entry_id].text
@@ -237,6 +254,7 @@ class MemoryView:
                             label = " ".join(filter(None, (heading_of(text, line_start, self.count),
                                                            label_of(text[line_start:start]) if start > line_start else "")))
                             indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
+                            speakers.append(speaker_of(text[line_start:end]))
                             holders.append([])
                         holders[position[key]].append(node.id)
         new = list(dict.fromkeys(line.text for line in lines if line.text not in self._vectors))
@@ -252,7 +270,8 @@ class MemoryView:
             numbered = [[number[n] for n in held] for held in holders]
             spreading = SpreadingGraph([tokenize(line.text) for line in lines], numbered,
                                        [tokenize(" ".join(node.keywords)) for node in nodes], links)
-            table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines])
+            table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines],
+                                    speakers)
         self._lines = (signature, lines, index, spreading, table)
         return lines, index, spreading, table
 
@@ -278,11 +297,13 @@ class MemoryView:
         own = np.zeros(len(lines))
         for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
             own[int(key)] = score
-        plain = best_first(own)
+        # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
+        speaker = np.where(table.said_by_others(set(_WORDS.findall(query.lower()))), self.other_weight, 1.0)
+        plain = best_first(own * speaker)
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
         spread = spreading.spread(tokenize(query), seeds) if self.spread_weight else np.zeros(len(lines))
-        scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
-                              spread_weight=self.spread_weight, ask_weight=self.ask_weight)
+        scores = speaker * table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
+                                        spread_weight=self.spread_weight, ask_weight=self.ask_weight)
         order = best_first(scores).tolist()
         if self.flat_share:
             order = interleave(plain.tolist(), order, self.flat_share)

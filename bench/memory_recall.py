@@ -61,6 +61,7 @@ from amb_dspy.memory_view import (
     FLAT_SHARE,
     LINE_TOKENS,
     NODE_WEIGHT,
+    OTHER_WEIGHT,
     SPREAD_SEEDS,
     SPREAD_WEIGHT,
     SUMMARY_LINES,
@@ -220,6 +221,8 @@ def main() -> None:
                         help="evidence view: share of the ranking given to the lines' own scores, interleaved")
     parser.add_argument("--ask-weight", type=float, default=ASK_WEIGHT,
                         help="evidence view: weight of a question line's own score")
+    parser.add_argument("--other-weight", type=float, default=OTHER_WEIGHT,
+                        help="evidence view: weight of the lines of speakers other than the one a question names")
     parser.add_argument("--summary-lines", type=int, default=SUMMARY_LINES,
                         help="summary view: lines shown for a node whose summary does not fit")
     parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
@@ -247,7 +250,8 @@ def main() -> None:
         started = time.monotonic()
         weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
                    "spread_weight": args.spread_weight, "summary_lines": args.summary_lines,
-                   "spread_seeds": args.spread_seeds, "flat_share": args.flat_share, "ask_weight": args.ask_weight}
+                   "spread_seeds": args.spread_seeds, "flat_share": args.flat_share, "ask_weight": args.ask_weight,
+                   "other_weight": args.other_weight}
         measured = measure(contexts, config, lm, embedder, weights)
         seconds = time.monotonic() - started
 

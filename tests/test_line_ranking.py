@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from test_recall_view import store_of
 
-from amb_dspy.memory_view import MemoryView, day_stamp, label_of
+from amb_dspy.memory_view import MemoryView, day_stamp, label_of, speaker_of
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 
 
@@ -59,3 +59,30 @@ def test_a_flat_share_puts_the_best_own_scored_lines_first(embedder):
     position = {text: i for i, text in enumerate(BRIDGE_LINES)}
     expected = interleave([position[t] for t in first], [position[t] for t in second], 0.5)
     assert [line.text for line in shared.ranked_evidence(QUESTION)] == [BRIDGE_LINES[i] for i in expected]
+
+
+def test_the_table_knows_who_says_each_line_and_which_lines_others_say():
+    assert speaker_of("[8 May, 2023] Caroline: Hi Mel!") == "caroline" and speaker_of("The Seine flows.") == ""
+    assert speaker_of("Mary Ann Lee: hello") == "mary ann lee"
+    table = LineTable.build([("a", 0), ("a", 10), ("a", 20), ("a", 30)], [[0]] * 4, ["One.", "Two.", "Three.", "Four."],
+                            ["caroline", "melanie", "", "mary ann lee"])
+    assert table.speaker_names == ("caroline", "mary ann lee", "melanie")
+    assert table.said_by_others({"what", "did", "caroline", "research"}).tolist() == [False, True, False, True]
+    assert table.said_by_others({"did", "mary", "ann", "lee", "go"}).tolist() == [True, True, False, False]
+    assert not table.said_by_others({"did", "caroline", "and", "melanie", "meet"}).any()  # two named: no prior
+    assert not table.said_by_others({"who", "painted", "it"}).any()
+
+
+def test_a_question_about_one_speaker_ranks_that_speakers_line_first(embedder):
+    turns = ["[1:00 pm on 3 July, 2023] Melanie: Caroline, we go camping in the mountains.",
+             "[1:02 pm on 3 July, 2023] Caroline: I went camping in the forest with my friends."]
+    others = [f"[3:10 pm on 9 May, 2023] {name}: I fixed the {thing} this morning." for name, thing in
+              (("Jon", "car"), ("Gina", "roof"), ("Dave", "fence"), ("Ann", "sink"), ("Tom", "door"), ("Sue", "bike"))]
+    store, _ = store_of(embedder, [[turn] for turn in turns + others])
+    question = "Where did Caroline go camping?"
+    alone = {"spread_weight": 0.0, "context_weight": 0.0, "node_weight": 0.0, "flat_share": 0.0}
+    without = MemoryView(store, other_weight=1.0, **alone).ranked_evidence(question)
+    with_prior = MemoryView(store, **alone).ranked_evidence(question)
+    # Melanie's line names Caroline and matches more words; what Caroline did is in Caroline's own line
+    assert without[0].text == turns[0] and with_prior[0].text == turns[1]
+    assert with_prior[1].score == round(0.7 * without[0].score, 6)

@@ -17,27 +17,43 @@ import numpy as np
 @dataclass(frozen=True)
 class LineTable:
     """Per line: the nodes that hold it (``holders[starts[i]:starts[i + 1]]``), the lines just before and after
-    it in its entry (-1: none), and whether it is a question (ends with "?")."""
+    it in its entry (-1: none), whether it is a question (ends with "?"), and who says it (an index into
+    ``speaker_names``; -1: no speaker)."""
 
     holders: np.ndarray
     starts: np.ndarray
     before: np.ndarray
     after: np.ndarray
     asks: np.ndarray
+    speakers: np.ndarray
+    speaker_names: tuple[str, ...] = ()
 
     @classmethod
-    def build(cls, places: Sequence[tuple[str, int]], holders: Sequence[Sequence[int]], texts: Sequence[str]) -> LineTable:
+    def build(cls, places: Sequence[tuple[str, int]], holders: Sequence[Sequence[int]], texts: Sequence[str],
+              speakers: Sequence[str] | None = None) -> LineTable:
         """``places[i]``: line i's (entry id, start offset); ``holders[i]``: the numbers of the nodes that hold
-        it (at least one); ``texts[i]``: its text."""
+        it (at least one); ``texts[i]``: its text; ``speakers[i]``: who says it, lower-case ("": nobody named)."""
         order = sorted(range(len(places)), key=lambda i: places[i])
         before, after = np.full(len(places), -1), np.full(len(places), -1)
         for a, b in zip(order, order[1:]):
             if places[a][0] == places[b][0]:
                 after[a], before[b] = b, a
         sizes = [len(held) for held in holders]
+        speakers = list(speakers) if speakers is not None else [""] * len(places)
+        names = tuple(sorted({name for name in speakers if name}))
+        number = {name: i for i, name in enumerate(names)}
         return cls(holders=np.array([n for held in holders for n in held], dtype=np.int64),
                    starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
-                   before=before, after=after, asks=np.array([t.rstrip().endswith("?") for t in texts], dtype=bool))
+                   before=before, after=after, asks=np.array([t.rstrip().endswith("?") for t in texts], dtype=bool),
+                   speakers=np.array([number.get(name, -1) for name in speakers], dtype=np.int64), speaker_names=names)
+
+    def said_by_others(self, words: set[str]) -> np.ndarray:
+        """Lines said by someone other than the one speaker whose name ``words`` (a question's lower-case words)
+        hold; all False when they name no speaker, or more than one."""
+        named = [i for i, name in enumerate(self.speaker_names) if set(name.split()) <= words]
+        if len(named) != 1:
+            return np.zeros(len(self.speakers), dtype=bool)
+        return (self.speakers >= 0) & (self.speakers != named[0])
 
     def scores(self, own: np.ndarray, nodes: np.ndarray, spread: np.ndarray, *, node_weight: float,
                context_weight: float, spread_weight: float, ask_weight: float) -> np.ndarray:
