@@ -26,6 +26,10 @@ line that shares only a bridge name with the first still ranks. Besides:
 * a question that names one speaker of a dialogue counts the other speakers' lines ``other_weight``: what a
   person did is told in that person's own turns (96% of the evidence turns of LoCoMo 26's questions that name
   one speaker), while the other's turns name them too ("Wow, Caroline!");
+* a line under a heading that one of the ``spread_seeds`` best lines names, from another paragraph, adds
+  ``bridge_weight`` x that line's score (:meth:`~amb_dspy.retrieval.line_ranking.LineTable.bridged`): "... played
+  their home games at the Androscoggin Bank Colisée" points to the article under "Androscoggin Bank Colisée",
+  which holds the second hop of the question ("... can seat how many people?"), as a link would;
 * ``flat_share`` of the ranking is the lines' own scores' order, interleaved
   (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push out every
   line that plain retrieval would have shown.
@@ -76,6 +80,7 @@ FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before t
 ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
 HEADING_TOKENS = 15  # a line this short with no closing punctuation, over a text line, is a heading
 _CLOSED = re.compile(r"[.!?,:;\"')\]\u201d\u2019]\s*$")
+BRIDGE_WEIGHT = 1.0  # x the best score of a top line that names the heading over a line's paragraph
 OTHER_WEIGHT = 0.7  # a line said by someone other than the one speaker a question names (dialogues)
 _WORDS = re.compile(r"[^\W_]+")
 SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
@@ -203,7 +208,7 @@ class MemoryView:
                  node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
                  line_tokens: int = LINE_TOKENS, flat_share: float = FLAT_SHARE, ask_weight: float = ASK_WEIGHT,
-                 other_weight: float = OTHER_WEIGHT, count: Callable[[str], int] = estimate_tokens):
+                 other_weight: float = OTHER_WEIGHT, bridge_weight: float = BRIDGE_WEIGHT, count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
@@ -212,7 +217,7 @@ class MemoryView:
         self.count = functools.lru_cache(maxsize=100_000)(count)
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
         self.spread_seeds, self.flat_share, self.ask_weight = spread_seeds, flat_share, ask_weight
-        self.other_weight = other_weight
+        self.other_weight, self.bridge_weight = other_weight, bridge_weight
         self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
         # (graph signature, lines, their index, the spreading graph, the lines' table), rebuilt when the graph changes
         self._lines: tuple = (None, [], None, None, None)
@@ -239,7 +244,7 @@ class MemoryView:
                           for node in self.store.graph.nodes_dict.values())
         if self._lines[0] == signature:
             return self._lines[1:]
-        entries, position, lines, holders, indexed, speakers = self.store.tree.entries, {}, [], [], [], []
+        entries, position, lines, holders, indexed, speakers, headings = self.store.tree.entries, {}, [], [], [], [], []
         for node in self.store.graph.nodes_dict.values():
             for source in node.sources:
                 text = entries[source.entry_id].text
@@ -251,8 +256,9 @@ class MemoryView:
                             lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
                             # a long line's later sentences are found by its stamp and speaker too, a paragraph's
                             # lines by its heading
-                            label = " ".join(filter(None, (heading_of(text, line_start, self.count),
-                                                           label_of(text[line_start:start]) if start > line_start else "")))
+                            heading = heading_of(text, line_start, self.count)
+                            headings.append(heading)
+                            label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
                             indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
                             speakers.append(speaker_of(text[line_start:end]))
                             holders.append([])
@@ -271,7 +277,7 @@ class MemoryView:
             spreading = SpreadingGraph([tokenize(line.text) for line in lines], numbered,
                                        [tokenize(" ".join(node.keywords)) for node in nodes], links)
             table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines],
-                                    speakers)
+                                    speakers, headings)
         self._lines = (signature, lines, index, spreading, table)
         return lines, index, spreading, table
 
@@ -302,8 +308,9 @@ class MemoryView:
         plain = best_first(own * speaker)
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
         spread = spreading.spread(tokenize(query), seeds) if self.spread_weight else np.zeros(len(lines))
-        scores = speaker * table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
-                                        spread_weight=self.spread_weight, ask_weight=self.ask_weight)
+        scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
+                              spread_weight=self.spread_weight, ask_weight=self.ask_weight)
+        scores = speaker * (scores + self.bridge_weight * table.bridged(seeds))
         order = best_first(scores).tolist()
         if self.flat_share:
             order = interleave(plain.tolist(), order, self.flat_share)

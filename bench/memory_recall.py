@@ -57,6 +57,7 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory_view import (
     ASK_WEIGHT,
+    BRIDGE_WEIGHT,
     CONTEXT_WEIGHT,
     FLAT_SHARE,
     LINE_TOKENS,
@@ -223,6 +224,8 @@ def main() -> None:
                         help="evidence view: weight of a question line's own score")
     parser.add_argument("--other-weight", type=float, default=OTHER_WEIGHT,
                         help="evidence view: weight of the lines of speakers other than the one a question names")
+    parser.add_argument("--bridge-weight", type=float, default=BRIDGE_WEIGHT,
+                        help="evidence view: weight of a top line's score for the lines under a heading it names")
     parser.add_argument("--summary-lines", type=int, default=SUMMARY_LINES,
                         help="summary view: lines shown for a node whose summary does not fit")
     parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
@@ -251,7 +254,7 @@ def main() -> None:
         weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
                    "spread_weight": args.spread_weight, "summary_lines": args.summary_lines,
                    "spread_seeds": args.spread_seeds, "flat_share": args.flat_share, "ask_weight": args.ask_weight,
-                   "other_weight": args.other_weight}
+                   "other_weight": args.other_weight, "bridge_weight": args.bridge_weight}
         measured = measure(contexts, config, lm, embedder, weights)
         seconds = time.monotonic() - started
 

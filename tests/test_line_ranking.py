@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 from test_recall_view import store_of
 
+from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.memory_view import MemoryView, day_stamp, label_of, speaker_of
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
+from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
 
 
 def test_the_line_table_scores_a_line_by_its_nodes_its_neighbours_and_whether_it_asks():
@@ -86,3 +88,39 @@ def test_a_question_about_one_speaker_ranks_that_speakers_line_first(embedder):
     # Melanie's line names Caroline and matches more words; what Caroline did is in Caroline's own line
     assert without[0].text == turns[0] and with_prior[0].text == turns[1]
     assert with_prior[1].score == round(0.7 * without[0].score, 6)
+
+
+def test_a_line_that_names_another_paragraphs_heading_bridges_to_its_lines():
+    texts = ["The Zephyr is made by Corvex Cycles.", "Its frame is carbon.", "Ada Lindqvist set it up in 1990.",
+             "Gravel roads are rough."]
+    headings = ["Zephyr (bicycle)", "Zephyr (bicycle)", "Corvex Cycles", ""]
+    table = LineTable.build([("a", i) for i in range(4)], [[0]] * 4, texts, headings=headings)
+    assert table.titles == ("Corvex Cycles", "Zephyr (bicycle)")
+    assert table.mentions == ((0,), (), (), ())  # line 0 names "Corvex Cycles"; its own heading does not count
+    assert table.bridged({0: 0.8, 3: 0.5}).tolist() == [0.0, 0.0, 0.8, 0.0]
+    assert table.bridged({1: 0.9}).tolist() == [0.0] * 4
+    # a heading is named without its parenthesis
+    named = LineTable.build([("a", 0), ("a", 1)], [[0], [0]], ["We rode the Zephyr.", "It was fast."],
+                            headings=["", "Zephyr (bicycle)"])
+    assert named.mentions == ((0,), ())
+
+
+def test_the_view_reaches_the_article_a_matching_line_points_to(embedder):
+    articles = ["Zephyr (bicycle)", "The Zephyr racing bike is made by Corvex Cycles.", "It weighs seven kilograms.", "",
+                "Corvex Cycles", "Corvex Cycles is a workshop in Gothenburg.", "Its first owner was Ada Lindqvist.", "",
+                "Nimbus (bicycle)", "The Nimbus bike is a racing bike for gravel.", "Racing bikes are light.", "",
+                "Tour de France", "The Tour de France is a bike race.", "Racing teams start in July."]
+    text = "\n".join(articles)
+    store = MemoryStore(embedder, InsightDoc(task_goal="test"))
+    nodes = store.add_nodes([NodeContent(summary=text, context="bikes", keywords=["bike"])])
+    store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
+                       spans={nodes[0].id: [(0, len(text))]})
+    question = "Who started the company that makes the Zephyr racing bike?"
+    alone = {"spread_weight": 0.0, "context_weight": 0.0, "node_weight": 0.0, "flat_share": 0.0}
+    without = [line.text for line in MemoryView(store, bridge_weight=0.0, **alone).ranked_evidence(question)]
+    bridged = [line.text for line in MemoryView(store, **alone).ranked_evidence(question)]
+    answer = "Its first owner was Ada Lindqvist."
+    assert without.index(answer) > 2  # it shares no word with the question
+    # the pointing line, and the article it points to, first
+    assert set(bridged[:3]) == {"The Zephyr racing bike is made by Corvex Cycles.", answer,
+                                "Corvex Cycles is a workshop in Gothenburg."}

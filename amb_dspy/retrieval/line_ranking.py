@@ -8,10 +8,15 @@ asks) is laid out once per revision, and a question's scores are a few vector op
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from amb_dspy.retrieval.keyword import tokenize
+
+_PARENTHESIS = re.compile(r"\([^()]*\)")
 
 
 @dataclass(frozen=True)
@@ -27,12 +32,16 @@ class LineTable:
     asks: np.ndarray
     speakers: np.ndarray
     speaker_names: tuple[str, ...] = ()
+    headings: np.ndarray | None = None  # per line, the heading over its paragraph (an index into titles; -1: none)
+    mentions: tuple[tuple[int, ...], ...] = ()  # per line, the other paragraphs' headings it names
+    titles: tuple[str, ...] = ()
 
     @classmethod
     def build(cls, places: Sequence[tuple[str, int]], holders: Sequence[Sequence[int]], texts: Sequence[str],
-              speakers: Sequence[str] | None = None) -> LineTable:
+              speakers: Sequence[str] | None = None, headings: Sequence[str] | None = None) -> LineTable:
         """``places[i]``: line i's (entry id, start offset); ``holders[i]``: the numbers of the nodes that hold
-        it (at least one); ``texts[i]``: its text; ``speakers[i]``: who says it, lower-case ("": nobody named)."""
+        it (at least one); ``texts[i]``: its text; ``speakers[i]``: who says it, lower-case ("": nobody named);
+        ``headings[i]``: the heading over its paragraph ("": none)."""
         order = sorted(range(len(places)), key=lambda i: places[i])
         before, after = np.full(len(places), -1), np.full(len(places), -1)
         for a, b in zip(order, order[1:]):
@@ -45,7 +54,18 @@ class LineTable:
         return cls(holders=np.array([n for held in holders for n in held], dtype=np.int64),
                    starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
                    before=before, after=after, asks=np.array([t.rstrip().endswith("?") for t in texts], dtype=bool),
-                   speakers=np.array([number.get(name, -1) for name in speakers], dtype=np.int64), speaker_names=names)
+                   speakers=np.array([number.get(name, -1) for name in speakers], dtype=np.int64), speaker_names=names,
+                   **_heading_links(texts, list(headings) if headings is not None else [""] * len(places)))
+
+    def bridged(self, seeds: dict[int, float]) -> np.ndarray:
+        """Per line, the best score of a seed line (line -> score) that names the heading over the line's paragraph
+        from another paragraph: the article a matching line points to ("... played at the Androscoggin Bank
+        Colisée" -> the article under "Androscoggin Bank Colisée") holds the question's second hop."""
+        best = np.zeros(len(self.titles) + 1)  # the last place: lines under no heading
+        for line, score in seeds.items():
+            for title in self.mentions[line]:
+                best[title] = max(best[title], score)
+        return best[self.headings]
 
     def said_by_others(self, words: set[str]) -> np.ndarray:
         """Lines said by someone other than the one speaker whose name ``words`` (a question's lower-case words)
@@ -64,6 +84,26 @@ class LineTable:
         held = np.maximum.reduceat(nodes[self.holders], self.starts)
         return (np.where(self.asks, ask_weight, 1.0) * own + node_weight * held + context_weight * context
                 + spread_weight * spread)
+
+
+def _heading_links(texts: Sequence[str], headings: Sequence[str]) -> dict:
+    """The headings as numbers per line, and which other paragraphs' headings each line names: all the words of
+    a heading without its parenthesis ("Front Row (software)" is named by "the Front Row media program")."""
+    titles = tuple(sorted({heading for heading in headings if heading}))
+    number = {title: i for i, title in enumerate(titles)}
+    words = [frozenset(tokenize(_PARENTHESIS.sub(" ", title))) for title in titles]
+    by_word: dict[str, list[int]] = {}
+    for i, title_words in enumerate(words):
+        if title_words:
+            by_word.setdefault(min(title_words), []).append(i)
+    mentions = []
+    for text, heading in zip(texts, headings):
+        line_words = set(tokenize(text)) if by_word else set()
+        own = number.get(heading, -1)
+        mentions.append(tuple(sorted({i for word in line_words for i in by_word.get(word, ())
+                                      if i != own and words[i] <= line_words})))
+    return {"headings": np.array([number.get(h, len(titles)) for h in headings], dtype=np.int64),
+            "mentions": tuple(mentions), "titles": titles}
 
 
 def best_first(scores: np.ndarray) -> np.ndarray:
