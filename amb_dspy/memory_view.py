@@ -49,6 +49,7 @@ still fit) and say which nodes and spans they showed, for provenance-based recal
 
 from __future__ import annotations
 
+import bisect
 import functools
 import os
 import re
@@ -164,11 +165,18 @@ def is_heading(line: str, following: str, count: Callable[[str], int] = estimate
             and not label_of(line))
 
 
+@functools.lru_cache(maxsize=16)
+def _paragraph_starts(text: str) -> list[int]:
+    """Where each paragraph (blank-line separated) of ``text`` begins, in order: found once per text, not once per
+    line (a long entry has thousands of lines)."""
+    return [0] + [match.end() for match in re.finditer(r"\n(?:[ \t]*\n)+", text)]
+
+
 def heading_of(text: str, line_start: int, count: Callable[[str], int] = estimate_tokens) -> str:
     """The heading of the paragraph (blank-line separated) whose line begins at ``line_start``; "" when its first
     line is no heading, or is that line."""
-    first = text.rfind("\n\n", 0, line_start)
-    first = 0 if first < 0 else first + 2
+    starts = _paragraph_starts(text)
+    first = starts[bisect.bisect_right(starts, line_start) - 1]
     if first >= line_start:
         return ""
     line = _line_at(text, first)
