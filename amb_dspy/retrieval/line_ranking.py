@@ -2,7 +2,7 @@
 
 A ``<memory>`` block is written on every executor step and every ``memory_context`` call, and it scores every
 source line of the bank: what depends only on the bank (which nodes hold a line, the lines around it, whether it
-asks) is laid out once per revision, and a question's scores are a few vector operations
+asks, who says it, the heading over it and the headings it names) is laid out once per revision, and a question's scores are a few vector operations
 (``amb_dspy.memory_view`` says what the terms mean).
 """
 
@@ -22,8 +22,9 @@ _PARENTHESIS = re.compile(r"\([^()]*\)")
 @dataclass(frozen=True)
 class LineTable:
     """Per line: the nodes that hold it (``holders[starts[i]:starts[i + 1]]``), the lines just before and after
-    it in its entry (-1: none), whether it is a question (ends with "?"), and who says it (an index into
-    ``speaker_names``; -1: no speaker)."""
+    it in its entry (-1: none), whether it is a question (ends with "?"), who says it (an index into
+    ``speaker_names``; -1: no speaker), the heading over its paragraph (an index into ``titles``;
+    ``len(titles)``: none) and the other paragraphs' headings it names."""
 
     holders: np.ndarray
     starts: np.ndarray
@@ -32,8 +33,8 @@ class LineTable:
     asks: np.ndarray
     speakers: np.ndarray
     speaker_names: tuple[str, ...] = ()
-    headings: np.ndarray | None = None  # per line, the heading over its paragraph (an index into titles; -1: none)
-    mentions: tuple[tuple[int, ...], ...] = ()  # per line, the other paragraphs' headings it names
+    headings: np.ndarray | None = None
+    mentions: tuple[tuple[int, ...], ...] = ()
     titles: tuple[str, ...] = ()
 
     @classmethod
