@@ -158,11 +158,16 @@ def _line_at(text: str, start: int) -> str:
     return text[start:] if end < 0 else text[start:end]
 
 
+def _short_unclosed(line: str, count: Callable[[str], int]) -> bool:
+    return count(line) <= HEADING_TOKENS and not _CLOSED.search(line)
+
+
 def is_heading(line: str, following: str, count: Callable[[str], int] = estimate_tokens) -> bool:
     """Whether ``line`` titles the text right under it ("Ed Wood (film)" over its article): short, with no closing
-    punctuation, no date stamp or speaker, and a non-empty ``following`` line."""
-    return (bool(following.strip()) and count(line) <= HEADING_TOKENS and not _CLOSED.search(line)
-            and not label_of(line))
+    punctuation, no date stamp or speaker, over a ``following`` line of text (not another short one: the lines
+    of a list, "flour" over "sugar", are no headings)."""
+    return (_short_unclosed(line, count) and not label_of(line) and bool(following.strip())
+            and not _short_unclosed(following, count))
 
 
 @functools.lru_cache(maxsize=16)
@@ -170,6 +175,12 @@ def _paragraph_starts(text: str) -> list[int]:
     """Where each paragraph (blank-line separated) of ``text`` begins, in order: found once per text, not once per
     line (a long entry has thousands of lines)."""
     return [0] + [match.end() for match in re.finditer(r"\n(?:[ \t]*\n)+", text)]
+
+
+def _opens_paragraph(text: str, line_start: int) -> bool:
+    starts = _paragraph_starts(text)
+    at = bisect.bisect_left(starts, line_start)
+    return at < len(starts) and starts[at] == line_start
 
 
 def heading_of(text: str, line_start: int, count: Callable[[str], int] = estimate_tokens) -> str:
@@ -192,7 +203,8 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_t
     position = start
     for line in text[start:end].split("\n"):
         line_start, position = position, position + len(line) + 1
-        if not line.strip() or is_heading(line, _line_at(text, position) if position <= len(text) else "", count):
+        if not line.strip() or (_opens_paragraph(text, line_start)
+                                and is_heading(line, _line_at(text, position) if position <= len(text) else "", count)):
             continue
         if count(line) <= line_tokens:
             yield line_start, line_start + len(line), line_start

@@ -165,6 +165,7 @@ def test_a_heading_is_no_line_of_its_own_and_its_words_find_the_lines_under_it(e
     assert not is_heading("[8 May, 2023] Caroline: Hey Mel", "[8 May, 2023] Melanie: Hi")  # a turn, not a title
     assert heading_of(text, text.index("It makes")) == "Corvex Cycles" and heading_of(text, text.index("Its frame")) == "Nimbus"
     assert heading_of(text, 0) == ""
+    assert not is_heading("Ingredients", "flour") and not is_heading("- one", "- two")  # a list is no heading
     store = MemoryStore(embedder, InsightDoc(task_goal="test"))
     nodes = store.add_nodes([NodeContent(summary=text, context="bikes", keywords=["bike"])])
     store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
@@ -173,3 +174,14 @@ def test_a_heading_is_no_line_of_its_own_and_its_words_find_the_lines_under_it(e
     assert {line.text for line in lines} == {line for line in articles if line and line not in ("Corvex Cycles", "Nimbus")}
     # "It makes ..." says "Corvex Cycles" only through its heading
     assert {line.text for line in lines[:2]} == {"Corvex Cycles was started in Gothenburg.", "It makes the Zephyr racing bike."}
+
+
+def test_the_lines_of_a_list_are_all_shown(embedder):
+    text = "Shopping list\nflour\nsugar\neggs\n\nThe cake needs an hour in the oven.\nFirst step\nmix it"
+    store = MemoryStore(embedder, InsightDoc(task_goal="test"))
+    nodes = store.add_nodes([NodeContent(summary=text, context="cake", keywords=["cake"])])
+    store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
+                       spans={nodes[0].id: [(0, len(text))]})
+    shown = {line.text for line in MemoryView(store).ranked_evidence("What goes into the cake?")}
+    assert shown == {"Shopping list", "flour", "sugar", "eggs", "The cake needs an hour in the oven.", "First step",
+                     "mix it"}  # no heading here: no short line opens a paragraph over a line of text
