@@ -23,7 +23,7 @@ _SHORTENED = frozenset({"inc", "ltd", "co", "corp", "bros", "jr", "sr", "vs", "e
 def _abbreviation(before: str, stop: str, after: str) -> bool:
     """Whether the single period ``stop`` after ``before`` shortens a word rather than ending a sentence: an initial
     ("K. A. Applegate"), a dotted abbreviation ("U.S. Navy", "e.g. this"), a title before a name, or a shortened word
-    followed by a lower-case word or a number."""
+    followed by a lower-case word or a number (``after``: the character after ``stop``)."""
     if stop.strip() != ".":
         return False
     word = (_LAST_WORD.search(before) or [""])[0]
@@ -31,7 +31,7 @@ def _abbreviation(before: str, stop: str, after: str) -> bool:
         return False
     if (len(word) == 1 and word.isupper()) or "." in word or word.lower() in _BEFORE_NAME:
         return True
-    return word.lower() in _SHORTENED and (after[:1].islower() or after[:1].isdigit())
+    return word.lower() in _SHORTENED and (after.islower() or after.isdigit())
 
 
 def split_sentences(text: str) -> list[str]:
@@ -39,7 +39,9 @@ def split_sentences(text: str) -> list[str]:
     every piece keeps its trailing whitespace, so they join back losslessly."""
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
-        if match.end() < len(text) and not _abbreviation(text[start:match.start()], match.group(0), text[match.end():]):
+        # the next character alone: slicing the rest of the text at every sentence end was quadratic
+        if match.end() < len(text) and not _abbreviation(text[start:match.start()], match.group(0),
+                                                         text[match.end():match.end() + 1]):
             pieces.append(text[start : match.end()])
             start = match.end()
     pieces.append(text[start:])
