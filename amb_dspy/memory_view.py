@@ -183,15 +183,18 @@ def _opens_paragraph(text: str, line_start: int) -> bool:
     return at < len(starts) and starts[at] == line_start
 
 
+def _heading_at(text: str, first: int, count: Callable[[str], int]) -> str:
+    """The heading that opens the paragraph beginning at ``first`` ("" when its first line is none)."""
+    line = _line_at(text, first)
+    return line.strip() if is_heading(line, _line_at(text, first + len(line) + 1), count) else ""
+
+
 def heading_of(text: str, line_start: int, count: Callable[[str], int] = estimate_tokens) -> str:
     """The heading of the paragraph (blank-line separated) whose line begins at ``line_start``; "" when its first
     line is no heading, or is that line."""
     starts = _paragraph_starts(text)
     first = starts[bisect.bisect_right(starts, line_start) - 1]
-    if first >= line_start:
-        return ""
-    line = _line_at(text, first)
-    return line.strip() if is_heading(line, _line_at(text, first + len(line) + 1), count) else ""
+    return _heading_at(text, first, count) if first < line_start else ""
 
 
 def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
@@ -203,8 +206,7 @@ def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_t
     position = start
     for line in text[start:end].split("\n"):
         line_start, position = position, position + len(line) + 1
-        if not line.strip() or (_opens_paragraph(text, line_start)
-                                and is_heading(line, _line_at(text, position) if position <= len(text) else "", count)):
+        if not line.strip() or (_opens_paragraph(text, line_start) and _heading_at(text, line_start, count)):
             continue
         if count(line) <= line_tokens:
             yield line_start, line_start + len(line), line_start
