@@ -161,6 +161,7 @@ def test_a_heading_is_no_line_of_its_own_and_its_words_find_the_lines_under_it(e
                 "Nimbus", "The Nimbus bike rides well on gravel roads.", "Its frame is steel."]
     text = "\n".join(articles)
     assert is_heading("Corvex Cycles", "Corvex Cycles was started in Gothenburg.")
+    assert is_heading("Ed Wood (film)", "Ed Wood is a 1994 American biographical film.")  # its parenthesis ends no sentence
     assert not is_heading("It makes the Zephyr racing bike.", "")
     assert not is_heading("[8 May, 2023] Caroline: Hey Mel", "[8 May, 2023] Melanie: Hi")  # a turn, not a title
     assert heading_of(text, text.index("It makes")) == "Corvex Cycles" and heading_of(text, text.index("Its frame")) == "Nimbus"
