@@ -62,7 +62,7 @@ from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.dates import resolve_dates, stamp_of
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
@@ -296,8 +296,8 @@ class MemoryView:
             number = {node.id: i for i, node in enumerate(nodes)}
             links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
             numbered = [[number[n] for n in held] for held in holders]
-            spreading = SpreadingGraph([tokenize(line.text) for line in lines], numbered,
-                                       [tokenize(" ".join(node.keywords)) for node in nodes], links)
+            spreading = SpreadingGraph([terms(line.text) for line in lines], numbered,
+                                       [terms(" ".join(node.keywords)) for node in nodes], links)
             table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines],
                                     speakers, headings)
         self._lines = (signature, lines, index, spreading, table)
@@ -329,7 +329,7 @@ class MemoryView:
         speaker = np.where(table.said_by_others(set(_WORDS.findall(query.lower()))), self.other_weight, 1.0)
         plain = best_first(own * speaker)
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
-        spread = spreading.spread(tokenize(query), seeds) if self.spread_weight else np.zeros(len(lines))
+        spread = spreading.spread(terms(query), seeds) if self.spread_weight else np.zeros(len(lines))
         scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
                               spread_weight=self.spread_weight, ask_weight=self.ask_weight)
         scores = speaker * (scores + self.bridge_weight * table.bridged(seeds))

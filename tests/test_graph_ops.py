@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
-from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.retrieval.keyword import BM25Index, terms
 from amb_dspy.retrieval.vector import VectorIndex
 from amb_dspy.storage import (
     Attachment,
@@ -63,7 +63,7 @@ def check_invariants(store: MemoryStore) -> None:
     assert len(store.index) == len(store.index.keyword) == len(store.index.vector) == len(nodes)
     for node_id, node in nodes.items():
         assert np.array_equal(store.index.vector_of(node_id), node.embedding)
-        assert sorted(store.index.tokens_of(node_id)) == sorted(tokenize(node.embedding_text))
+        assert sorted(store.index.tokens_of(node_id)) == sorted(terms(node.embedding_text))
     for node_id, entry_ids in store.tree.node_to_entries.items():
         assert node_id in nodes
         assert all(e in store.tree.entries for e in entry_ids)

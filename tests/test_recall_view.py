@@ -21,7 +21,7 @@ BRIDGE_LINES = [
     "Racing bikes are ridden in the Tour de France.",
     "Gothenburg has a large harbour on the west coast.",
     "Tom Reed sells second-hand bikes at the market.",
-    "Carbon frames make a racing bike lighter.",
+    "Carbon frames keep a racing bike light.",
     "Ada Lindqvist started Corvex Cycles in Gothenburg.",  # the answer: shares only the bridge name
 ]
 ANSWER = 7

@@ -14,7 +14,7 @@ from rank_bm25 import BM25Okapi
 from amb_dspy.retrieval import hybrid
 from amb_dspy.retrieval.embedding import MINILM_DIM, EmbeddingError, SentenceTransformerEmbedder
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.retrieval.keyword import BM25Index, terms, tokenize
 from amb_dspy.retrieval.vector import VectorIndex
 
 
@@ -91,6 +91,23 @@ def test_tokenizer_lowercases_splits_and_drops_stop_words():
     ]
 
 
+def test_terms_are_the_stems_of_the_tokens():
+    assert terms("Where has Melanie camped? We went camping; the camps, Activities") == [
+        "melani", "camp", "went", "camp", "camp", "activ",
+    ]
+
+
+def test_hybrid_matches_a_query_word_in_another_form():
+    # "camped" finds "camping": without stems the speaker's name is the one word the two lines share with the
+    # question, and the shorter line wins on it.
+    index, vector = HybridIndex(8), unit(np.ones(8))
+    index.add("short", "Melanie: Absolutely!", vector)
+    index.add("camping", "Melanie: we went camping at the beach with the kids last week", vector)
+    for i, said in enumerate(["Caroline: How was your weekend?", "Caroline: I painted a sunset.", "Caroline: Bye!"]):
+        index.add(f"other{i}", said, vector)
+    assert [d for d, _ in index.rank(vector, "Where has Melanie camped?", k=2, alpha=1.0)] == ["camping", "short"]
+
+
 def test_bm25_scores_equal_rank_bm25_after_adds_removes_and_updates():
     rng = np.random.default_rng(7)
     index, docs = BM25Index(), {}
@@ -164,7 +181,7 @@ def test_vector_index_reuses_rows_and_never_returns_removed_keys():
 def naive_rank(texts: dict[str, str], vectors: dict[str, np.ndarray], query_vector, query_text, alpha, exclude):
     """Spec §6.1 over every document: alpha * BM25/max(BM25) + (1 - alpha) * cosine, best first."""
     ids = list(texts)
-    bm25 = BM25Okapi([tokenize(texts[i]) for i in ids]).get_scores(tokenize(query_text))
+    bm25 = BM25Okapi([terms(texts[i]) for i in ids]).get_scores(terms(query_text))
     top = bm25.max()
     bm25n = bm25 / top if top > 0 else np.zeros_like(bm25)
     cosine = np.stack([vectors[i] for i in ids]).astype(np.float64) @ query_vector.astype(np.float64)

@@ -17,7 +17,7 @@ from collections.abc import Collection, Iterable
 
 import numpy as np
 
-from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.retrieval.keyword import BM25Index, terms
 from amb_dspy.retrieval.vector import VectorIndex
 from amb_dspy.storage.query_graph import QueryGraph, QueryGraphNode
 
@@ -57,7 +57,7 @@ class HybridIndex:
         if doc_id in self._key_of:
             raise KeyError(f"{doc_id!r} is already indexed")
         vector = self._vector(vector)
-        tokens = tokenize(text)
+        tokens = terms(text)
         key = self._free[-1] if self._free else self._next_key
         if key >= len(self._alive):
             self._alive = np.concatenate([self._alive, np.zeros(len(self._alive), dtype=bool)])
@@ -81,7 +81,7 @@ class HybridIndex:
             raise KeyError("document ids must be distinct and not indexed yet")
         if not doc_ids:
             return
-        token_lists = [tokenize(text) for text in texts]
+        token_lists = [terms(text) for text in texts]
         keys = np.arange(self._next_key, self._next_key + len(doc_ids))
         if keys[-1] >= len(self._alive):
             self._alive = np.concatenate([self._alive, np.zeros(max(len(self._alive), len(keys)), dtype=bool)])
@@ -114,7 +114,7 @@ class HybridIndex:
         """Replace a document's text and vector under the same key; on failure the old one stays."""
         vector = self._vector(vector)
         key = self._key_of[doc_id]
-        tokens = tokenize(text)
+        tokens = terms(text)
         old_tokens, old_vector = self._take(key)
         try:
             self._put(key, tokens, vector)
@@ -167,7 +167,7 @@ class HybridIndex:
         query_vector = self._vector(query_vector)
         words = query_text if isinstance(query_text, str) else " ".join(query_text)
         alive = self._alive[: self._next_key]
-        bm25 = self.keyword.scores(tokenize(words))[: self._next_key]
+        bm25 = self.keyword.scores(terms(words))[: self._next_key]
         top_bm25 = float(bm25[alive].max())
         bm25n = bm25 / top_bm25 if top_bm25 > 0 else np.zeros_like(bm25)
         bm25n_live = np.where(alive, bm25n, -np.inf)  # empty key slots never rank

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.keyword import terms
 
 _PARENTHESIS = re.compile(r"\([^()]*\)")
 
@@ -92,14 +92,14 @@ def _heading_links(texts: Sequence[str], headings: Sequence[str]) -> dict:
     a heading without its parenthesis ("Front Row (software)" is named by "the Front Row media program")."""
     titles = tuple(sorted({heading for heading in headings if heading}))
     number = {title: i for i, title in enumerate(titles)}
-    words = [frozenset(tokenize(_PARENTHESIS.sub(" ", title))) for title in titles]
+    words = [frozenset(terms(_PARENTHESIS.sub(" ", title))) for title in titles]
     by_word: dict[str, list[int]] = {}
     for i, title_words in enumerate(words):
         if title_words:
             by_word.setdefault(min(title_words), []).append(i)
     mentions = []
     for text, heading in zip(texts, headings):
-        line_words = set(tokenize(text)) if by_word else set()
+        line_words = set(terms(text)) if by_word else set()
         own = number.get(heading, -1)
         mentions.append(tuple(sorted({i for word in line_words for i in by_word.get(word, ())
                                       if i != own and words[i] <= line_words})))
