@@ -18,7 +18,8 @@ the nodes that hold them and the rare terms they share form one graph, and a per
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
 line that shares only a bridge name with the first still ranks. Besides:
 
-* a question line's own score counts ``ask_weight`` (in a dialogue the answer is the turn after it);
+* a question line's own score counts ``ask_weight``, in the sum and in the lines' own order that ``flat_share`` and
+  the spreading's seeds take (in a dialogue the answer is the turn after it);
 * a long turn's later sentences are indexed with its stamp and speaker (:func:`label_of`);
 * a heading ("Ed Wood (film)" over its article) is no line of its own but indexes the lines of its paragraph
   (:func:`heading_of`): shown alone it spends the budget on a title, and its words are what tie a paragraph's
@@ -327,7 +328,8 @@ class MemoryView:
             own[int(key)] = score
         # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
         speaker = np.where(table.said_by_others(set(_WORDS.findall(query.lower()))), self.other_weight, 1.0)
-        plain = best_first(own * speaker)
+        # the lines' own order (the block's flat share, the spreading's seeds) weighs a question's line as the sum does
+        plain = best_first(own * speaker * np.where(table.asks, self.ask_weight, 1.0))
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
         spread = spreading.spread(terms(query), seeds) if self.spread_weight else np.zeros(len(lines))
         scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,

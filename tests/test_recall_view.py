@@ -186,3 +186,21 @@ def test_the_lines_of_a_list_are_all_shown(embedder):
     shown = {line.text for line in MemoryView(store).ranked_evidence("What goes into the cake?")}
     assert shown == {"Shopping list", "flour", "sugar", "eggs", "The cake needs an hour in the oven.", "First step",
                      "mix it"}  # no heading here: no short line opens a paragraph over a line of text
+
+
+def test_a_question_line_counts_its_ask_weight_in_the_lines_own_order_too(embedder):
+    # The flat share of the block (and the spreading's seeds) follow the lines' own scores: the line that asks what
+    # the question asks matches it best, and the reply under it holds the answer.
+    store, _ = store_of(embedder, [["[8 May, 2023] Melanie: What activities do your kids enjoy?",
+                                    "[8 May, 2023] Caroline: The kids enjoy activities like camping by the lake and painting.",
+                                    "[8 May, 2023] Melanie: The weather was lovely today.",
+                                    "[8 May, 2023] Caroline: I started a new job at the library.",
+                                    "[8 May, 2023] Melanie: My car broke down on Monday.",
+                                    "[8 May, 2023] Caroline: The library has a big reading room."]])
+
+    def first_two(**weights):
+        ranked = MemoryView(store, flat_share=1.0, **weights).ranked_evidence("What activities do the kids enjoy?")
+        return [line.text.split(": ")[1][:12] for line in ranked[:2]]
+
+    assert first_two(ask_weight=1.0) == ["What activit", "The kids enj"]  # by its own score, the asking line leads
+    assert first_two() == ["The kids enj", "What activit"]
