@@ -250,6 +250,14 @@ def test_select_for_goal_keeps_the_matching_passage_within_budget():
     assert "[...]" in cut
 
 
+def test_select_for_goal_matches_the_goals_words_in_another_form():
+    filler = [f"Nothing of note happened in week {i} at the depot." * 8 for i in range(40)]
+    filler[27] = "Rebuilding the clocks and towers took two years after the fire of 1929."
+    text = "\n\n".join(["Depot history."] + filler)
+    cut = select_for_goal(text, "when was the clock tower rebuilt", 1200)  # "clock" and "tower" find "clocks" and "towers"
+    assert "fire of 1929" in cut
+
+
 def test_truncate_marks_what_was_cut():
     assert truncate("short", 10) == "short"
     out = truncate("word " * 100, 50)

@@ -10,7 +10,7 @@ import re
 
 from bs4 import BeautifulSoup
 
-from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.retrieval.keyword import BM25Index, terms
 from amb_dspy.text import split_paragraphs, split_sentences
 
 # Elements that never hold a page's content.
@@ -130,8 +130,8 @@ def select_for_goal(text: str, goal: str, max_chars: int, gap: str = "\n\n[...]\
     passages = split_passages(text, max_words=120)
     index = BM25Index()
     for i, passage in enumerate(passages):
-        index.add(i, tokenize(passage))
-    scores = index.scores(tokenize(goal))[: len(passages)]
+        index.add(i, terms(passage))
+    scores = index.scores(terms(goal))[: len(passages)]
     order = [0] + sorted(range(1, len(passages)), key=lambda i: (-scores[i], i))
     chosen: set[int] = set()
     used = 0
