@@ -63,7 +63,7 @@ from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.dates import resolve_dates, stamp_of
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.retrieval.keyword import terms
+from amb_dspy.retrieval.keyword import terms, words
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
@@ -84,7 +84,6 @@ HEADING_TOKENS = 15  # a line this short with no closing punctuation, over a tex
 _CLOSED = re.compile(r"[.!?,:;\"'\]\u201d\u2019]\s*$")  # not ")": "Ed Wood (film)" is a title
 BRIDGE_WEIGHT = 1.0  # x the best score of a top line that names the heading over a line's paragraph
 OTHER_WEIGHT = 0.7  # a line said by someone other than the one speaker a question names (dialogues)
-_WORDS = re.compile(r"[^\W_]+")
 SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
 
 
@@ -327,9 +326,9 @@ class MemoryView:
         for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
             own[int(key)] = score
         # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
-        speaker = np.where(table.said_by_others(set(_WORDS.findall(query.lower()))), self.other_weight, 1.0)
+        speaker = np.where(table.said_by_others(set(words(query))), self.other_weight, 1.0)
         # the lines' own order (the block's flat share, the spreading's seeds) weighs a question's line as the sum does
-        plain = best_first(own * speaker * np.where(table.asks, self.ask_weight, 1.0))
+        plain = best_first(table.asked(own * speaker, self.ask_weight))
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
         spread = spreading.spread(terms(query), seeds) if self.spread_weight else np.zeros(len(lines))
         scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,

@@ -30,9 +30,14 @@ STOPWORDS = frozenset(
 )
 
 
+def words(text: str) -> list[str]:
+    """Lower-cased word tokens, stop words kept (a speaker may be named "Will")."""
+    return _TOKEN.findall(text.lower())
+
+
 def tokenize(text: str) -> list[str]:
     """Lower-cased word tokens without stop words."""
-    return [t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS]
+    return [t for t in words(text) if t not in STOPWORDS]
 
 
 @functools.cache

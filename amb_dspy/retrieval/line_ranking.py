@@ -76,6 +76,10 @@ class LineTable:
             return np.zeros(len(self.speakers), dtype=bool)
         return (self.speakers >= 0) & (self.speakers != named[0])
 
+    def asked(self, own: np.ndarray, ask_weight: float) -> np.ndarray:
+        """``own`` with each question's line counted ``ask_weight``."""
+        return np.where(self.asks, ask_weight, 1.0) * own
+
     def scores(self, own: np.ndarray, nodes: np.ndarray, spread: np.ndarray, *, node_weight: float,
                context_weight: float, spread_weight: float, ask_weight: float) -> np.ndarray:
         """``ask_weight`` x own score (questions) or own score, + ``node_weight`` x the best score of the nodes
@@ -83,7 +87,7 @@ class LineTable:
         padded = np.append(own, 0.0)  # index -1: no line there
         context = np.maximum(padded[self.before], padded[self.after])
         held = np.maximum.reduceat(nodes[self.holders], self.starts)
-        return (np.where(self.asks, ask_weight, 1.0) * own + node_weight * held + context_weight * context
+        return (self.asked(own, ask_weight) + node_weight * held + context_weight * context
                 + spread_weight * spread)
 
 
