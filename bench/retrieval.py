@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from amb_dspy.graph_ops import MemoryStore, NodeContent  # noqa: E402
-from amb_dspy.retrieval.keyword import tokenize  # noqa: E402
+from amb_dspy.retrieval.keyword import terms  # noqa: E402
 from amb_dspy.storage.query_graph import node_text  # noqa: E402
 
 DIM = 384
@@ -174,14 +174,14 @@ def main() -> None:
 
     t0 = time.perf_counter()
     node_list = list(store.graph.nodes_dict.values())
-    bm25 = BM25Okapi([tokenize(node.embedding_text) for node in node_list])
+    bm25 = BM25Okapi([terms(node.embedding_text) for node in node_list])  # what the index matches
     baseline_build_s = time.perf_counter() - t0
     n_baseline = min(args.baseline_queries or len(queries), len(queries))
     baseline: list[float] = []
     picked = np.linspace(0, len(queries) - 1, n_baseline).round().astype(int)
     for qi in picked:
         vector, keywords, _ = queries[qi]
-        query_tokens = tokenize(" ".join(keywords))
+        query_tokens = terms(" ".join(keywords))
         t0 = time.perf_counter()
         top_k, expanded = naive_retrieve(bm25, node_list, vector, query_tokens, args.k, args.alpha,
                                          store.graph.nodes_dict)
