@@ -18,6 +18,8 @@ the nodes that hold them and the rare terms they share form one graph, and a per
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
 line that shares only a bridge name with the first still ranks. Besides:
 
+* a word the question repeats counts once (:func:`~amb_dspy.retrieval.keyword.once_per_term`), for the lines and
+  the nodes alike;
 * a question line's own score counts ``ask_weight``, in the sum and in the lines' own order that ``flat_share`` and
   the spreading's seeds take (in a dialogue the answer is the turn after it);
 * a long turn's later sentences are indexed with its stamp and speaker (:func:`label_of`);
@@ -63,7 +65,7 @@ from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.dates import resolve_dates, stamp_of
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.hybrid import HybridIndex
-from amb_dspy.retrieval.keyword import terms, words
+from amb_dspy.retrieval.keyword import once_per_term, terms, words
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
@@ -252,7 +254,7 @@ class MemoryView:
     def node_scores(self, query: str, vector: np.ndarray) -> dict[str, float]:
         """Every node's hybrid score for the query, raised to ``hop_weight`` x a linked node's score."""
         graph = self.store.graph
-        own = dict(self.store.index.rank(vector, query, k=len(graph), alpha=self.alpha))
+        own = dict(self.store.index.rank(vector, once_per_term(query), k=len(graph), alpha=self.alpha))
         scores = dict(own)
         for node_id, score in own.items():
             for neighbour in graph.node(node_id).links:
@@ -323,7 +325,7 @@ class MemoryView:
         node_scores = self.node_scores(query, vector)
         nodes = np.array([node_scores.get(node_id, 0.0) for node_id in self.store.graph.nodes_dict])
         own = np.zeros(len(lines))
-        for key, score in index.rank(vector, query, k=len(lines), alpha=self.alpha):
+        for key, score in index.rank(vector, once_per_term(query), k=len(lines), alpha=self.alpha):
             own[int(key)] = score
         # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
         speaker = np.where(table.said_by_others(set(words(query))), self.other_weight, 1.0)

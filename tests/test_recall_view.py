@@ -10,7 +10,7 @@ import pytest
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.memory_view import MemoryView, heading_of, is_heading
-from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.retrieval.keyword import once_per_term, tokenize
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
 
@@ -204,3 +204,19 @@ def test_a_question_line_counts_its_ask_weight_in_the_lines_own_order_too(embedd
 
     assert first_two(ask_weight=1.0) == ["What activit", "The kids enj"]  # by its own score, the asking line leads
     assert first_two() == ["The kids enj", "What activit"]
+
+
+def test_a_word_the_question_repeats_counts_once(embedder):
+    # "magazine" and "first" are parts of the two titles the question names, not what it asks more of: counted
+    # twice (as BM25 counts a repeated query term), a line that only repeats them would lead.
+    lines = ["Arthur's Magazine was an American literary periodical published in Philadelphia.",
+             "The first issue of the magazine sold out, and the magazine printed a first run of new copies.",
+             "The weather in Boston was mild that spring.",
+             "Bauer Media Group publishes many titles for women.",
+             "A literary prize was awarded in Philadelphia.",
+             "The printing press changed how news spread."]
+    store, _ = store_of(embedder, [[line] for line in lines])
+    question = "Which magazine was started first, Arthur's Magazine or First for Women?"
+    assert once_per_term(question) == ["magazine", "started", "first", "arthur", "s", "women"]
+    ranked = [line.text for line in MemoryView(store, flat_share=1.0).ranked_evidence(question)]
+    assert ranked.index(lines[0]) < ranked.index(lines[1])

@@ -61,6 +61,16 @@ def terms(text: str) -> list[str]:
     return [stem(word) for word in tokenize(text)]
 
 
+def once_per_term(text: str) -> list[str]:
+    """The query's words, one for each of its terms, for a ranking in which a term the question repeats counts once
+    (BM25, as rank_bm25 scores it, counts it again): "Which magazine was started first, Arthur's Magazine or First
+    for Women?" names "magazine" and "first" twice as parts of its titles, not as what it asks more of."""
+    first: dict[str, str] = {}
+    for word in tokenize(text):
+        first.setdefault(stem(word), word)
+    return list(first.values())
+
+
 class _Postings:
     """One term's documents as growable numpy arrays: no rebuild after a change.
 
