@@ -18,7 +18,6 @@ and https alike, the fragment dropped and a trailing slash ignored.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,14 +27,13 @@ import dspy
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.retrieval.keyword import words
 from amb_dspy.tools.observation import Observation, cap_observation, full_text
-
-_WORD = re.compile(r"[^\W_]+")
 
 
 def search_key(query: str) -> str:
     """A search query as a bag of lower-cased words."""
-    return "search:" + " ".join(sorted(set(_WORD.findall(str(query).lower()))))
+    return "search:" + " ".join(sorted(set(words(str(query)))))
 
 
 def url_key(url: str) -> str:
