@@ -18,8 +18,8 @@ the nodes that hold them and the rare terms they share form one graph, and a per
 by the question's terms and best lines adds ``spread_weight`` x a line's visit share, so a second evidence
 line that shares only a bridge name with the first still ranks. Besides:
 
-* a word the question repeats counts once (:func:`~amb_dspy.retrieval.keyword.once_per_term`), for the lines and
-  the nodes alike;
+* a word the question repeats counts once (:func:`~amb_dspy.retrieval.keyword.once_per_term`), for the lines, the
+  nodes and the spreading's seeds alike;
 * a question line's own score counts ``ask_weight``, in the sum and in the lines' own order that ``flat_share`` and
   the spreading's seeds take (in a dialogue the answer is the turn after it);
 * a long turn's later sentences are indexed with its stamp and speaker (:func:`label_of`);
@@ -325,14 +325,15 @@ class MemoryView:
         node_scores = self.node_scores(query, vector)
         nodes = np.array([node_scores.get(node_id, 0.0) for node_id in self.store.graph.nodes_dict])
         own = np.zeros(len(lines))
-        for key, score in index.rank(vector, once_per_term(query), k=len(lines), alpha=self.alpha):
+        asked = once_per_term(query)
+        for key, score in index.rank(vector, asked, k=len(lines), alpha=self.alpha):
             own[int(key)] = score
         # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
         speaker = np.where(table.said_by_others(set(words(query))), self.other_weight, 1.0)
         # the lines' own order (the block's flat share, the spreading's seeds) weighs a question's line as the sum does
         plain = best_first(table.asked(own * speaker, self.ask_weight))
         seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
-        spread = spreading.spread(terms(query), seeds) if self.spread_weight else np.zeros(len(lines))
+        spread = spreading.spread(terms(" ".join(asked)), seeds) if self.spread_weight else np.zeros(len(lines))
         scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
                               spread_weight=self.spread_weight, ask_weight=self.ask_weight)
         scores = speaker * (scores + self.bridge_weight * table.bridged(seeds))
