@@ -14,7 +14,20 @@ _os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def __getattr__(name: str):
-    # amb_dspy.load_agents and amb_dspy.MemoryBankQA without importing DSPy at `import amb_dspy` (see amb_dspy.compiled).
+    # amb_dspy.MemoryBank, TaskSession, AmbConfig, MemoryBankQA and load_agents without importing DSPy at
+    # `import amb_dspy`: each is imported on first use.
+    if name == "AmbConfig":
+        from amb_dspy.config import AmbConfig
+
+        return AmbConfig
+    if name == "MemoryBank":
+        from amb_dspy.bank import MemoryBank
+
+        return MemoryBank
+    if name == "TaskSession":
+        from amb_dspy.task.session import TaskSession
+
+        return TaskSession
     if name == "load_agents":
         from amb_dspy.compiled import load_agents
 

@@ -7,7 +7,7 @@ task kinds, nothing else.
 * The texts the memory agents are given about an execution (its tool responses, a cross-validation,
   an image recognition) and the recognition task's wording are written here too.
 
-Staging image files lives in :mod:`amb_dspy.images`.
+Staging image files lives in :mod:`amb_dspy.task.images`.
 """
 
 from __future__ import annotations

@@ -194,9 +194,9 @@ def _export(bank, path: Path) -> None:
 
 def _interrupted(bank, export: Path | None) -> str:
     """What an interrupted run kept: the memory built so far, exported when --export was given."""
-    if bank is None or bank.memory is None:
+    if bank is None or bank.session is None:
         return "interrupted before the run started: nothing was kept"
-    kept = f"interrupted: memory kept {len(bank.store.graph)} nodes and {len(bank.store.tree)} entries"
+    kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
     _export(bank, export)

@@ -11,11 +11,11 @@ from scripted_lm import MEMORY_ANSWER, ScriptedLM
 from test_answer_paths import GOAL, bank_file, config, corpus, verdict  # noqa: F401 - fixtures
 
 from amb_dspy.bank import MemoryBank
-from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.run_state import RunState
 from amb_dspy.storage import InsightDoc
 from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.task.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
+from amb_dspy.task.state import RunState
 
 
 def test_a_fast_path_answer_survives_a_resume_without_a_final_pass(config, embedder, bank_file, tmp_path):  # noqa: F811

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from amb_dspy.errors import InputError
-from amb_dspy.images import MAX_IMAGE_BYTES, ImageStager, read_image
+from amb_dspy.task.images import MAX_IMAGE_BYTES, ImageStager, read_image
 
 
 @pytest.fixture

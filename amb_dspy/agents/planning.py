@@ -60,7 +60,7 @@ def cross_validation_task(conflict: ConflictNotification) -> str:
 
 
 ANSWER_FROM_MEMORY = "Answer the task goal from memory"
-# The completed task the bank records when it asked the answer agent first (amb_dspy.answering): its
+# The completed task the bank records when it asked the answer agent first (amb_dspy.task.answering): its
 # context holds the verdict, the draft answer and what is missing. It is no execution of the goal.
 MEMORY_CHECK_TASK = "Check whether memory already answers the task goal"
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 import dspy
 
 from amb_dspy.integrations.observing import error_line, observed
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 from amb_dspy.tools import DEEP_RETRIEVAL_DESC
 
 

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.tools import BaseTool, StructuredTool
 
 from amb_dspy.integrations.observing import error_line, observe_quietly
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 from amb_dspy.tools import DEEP_RETRIEVAL_DESC
 
 MEMORY_TOOLS = frozenset({"memory_context", "memory_deep_retrieval", "memory_plan", "memory_complete"})

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amb_dspy.errors import one_line
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 
 
 def observe_quietly(session: TaskSession, tool: str, arguments: dict[str, Any], result: Any) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from pydantic_ai import Agent, Tool
 
 from amb_dspy.integrations.observing import error_line, observed
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 from amb_dspy.tools import DEEP_RETRIEVAL_DESC
 
 

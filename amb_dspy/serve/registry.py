@@ -1,4 +1,4 @@
-"""The server's open tasks: one :class:`~amb_dspy.session.TaskSession` each, idle ones exported and closed.
+"""The server's open tasks: one :class:`~amb_dspy.task.session.TaskSession` each, idle ones exported and closed.
 
 Every task is its own bank (its own store, tree, indexes and tool cache); only the bank's agents, LMs
 and embedding model are shared, and they are safe to share across threads (the embedding model guards
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 
 logger = logging.getLogger("amb_dspy.serve")
 

@@ -1,6 +1,6 @@
 """``amb serve``: the memory bank as MCP tools, on the official ``mcp`` SDK (``MCPServer``).
 
-Task memory (each task its own bank, see :mod:`amb_dspy.session`)::
+Task memory (each task its own bank, see :mod:`amb_dspy.task.session`)::
 
     memory_start_task(goal, namespace?, bank?) -> {"task_id", "notices"}
     memory_observe(task_id, tool, arguments, result, wait?) -> {"entry_id", "node_ids", "repeat", "failure", "message"}

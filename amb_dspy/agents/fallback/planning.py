@@ -10,6 +10,9 @@
 The task just executed, if any, is recorded as the LM path records it: CROSS_VALIDATE or NORMAL by its
 text, a failure with ``failure_reason`` as its context when there is one, else a success described by
 the execution report's first sentence (nothing else here can judge the report).
+
+When the planning agent itself fails (policy "lm"), :func:`failed_plan` is what is recorded instead, and
+:func:`pending_after_failure` keeps a run whose first plan failed from ending as if its goal were met.
 """
 
 from __future__ import annotations
@@ -60,3 +63,22 @@ def plan_by_rules(
     else:
         pending = []
     return PlanningOutput(task_goal=insight_doc.task_goal, completed_tasks=completed, pending_tasks=pending)
+
+
+def failed_plan(insight_doc: InsightDoc, conflict: ConflictNotification | None, reason: str) -> PlanningOutput:
+    """What is recorded when the planning agent failed: the executed task, if any, a failure ("planning
+    failed: ..."); next, a pending conflict's cross-validation, else nothing."""
+    completed = list(insight_doc.completed_tasks)
+    executed = insight_doc.current_task
+    if executed:
+        kind = TaskType.CROSS_VALIDATE if is_cross_validation_task(executed) else TaskType.NORMAL
+        completed.append(CompletedTask(type=kind, description=executed, status=TaskStatus.FAILURE,
+                                       context=f"planning failed: {reason}"[:300]))
+    pending = [cross_validation_task(conflict)] if conflict else []
+    return PlanningOutput(task_goal=insight_doc.task_goal, completed_tasks=completed, pending_tasks=pending)
+
+
+def pending_after_failure(insight_doc: InsightDoc) -> list[str]:
+    """The pending tasks once something failed: nothing planned means the executor still answers the goal
+    from memory, rather than the run ending as if the goal were met."""
+    return list(insight_doc.pending_tasks) or [answer_from_memory_task(insight_doc.task_goal)]

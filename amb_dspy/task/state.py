@@ -43,7 +43,7 @@ class RunResult(BaseModel):
     hops: list[dict[str, Any]] = []  # each executed subtask (amb_dspy.storage.hops.Hop)
     fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
     citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
-    extractive: bool = False  # the answer quotes memory's best evidence line: no LM answered (amb_dspy.answering)
+    extractive: bool = False  # the answer quotes memory's best evidence line: no LM answered (amb_dspy.task.answering)
     seconds: float
 
 
@@ -75,7 +75,7 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     citations: list[str] = field(default_factory=list)
     fallbacks: dict[str, int] = field(default_factory=dict)
-    answered_from_memory: bool = False  # the fast path's answer sufficed (amb_dspy.answering)
+    answered_from_memory: bool = False  # the fast path's answer sufficed (amb_dspy.task.answering)
     extractive: bool = False  # the answer is the extractive policy's
 
 
