@@ -19,7 +19,7 @@ from amb_dspy.adapter import InputError
 from amb_dspy.bank import MemoryBank, read_context_file
 from amb_dspy.config import AmbConfig
 from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.storage import TaskStatus, TaskType
+from amb_dspy.storage import TaskKind, TaskStatus
 
 REACT = "next_thought,next_tool_name,next_tool_args"
 EXTRACT = "reasoning,answer"
@@ -122,7 +122,7 @@ def test_related_nodes_get_an_edge_and_the_run_meets_its_goal(config, embedder):
     assert "Calder" in executor_entry.text and executor_entry.metadata["tool_calls"][0]["name"] == "search"
     doc = store.insight_doc
     assert doc.pending_tasks == []
-    assert [(t.type, t.status) for t in doc.completed_tasks] == [(TaskType.NORMAL, TaskStatus.SUCCESS)]
+    assert [(t.type, t.status) for t in doc.completed_tasks] == [(TaskKind.NORMAL, TaskStatus.SUCCESS)]
     assert result.usage["planning"]["calls"] == 2 and result.usage["executor"]["calls"] >= 3
     assert result.insight_doc["task_goal"].startswith("Which river")
 
@@ -187,7 +187,7 @@ def test_conflict_is_cross_validated_merged_and_reanalysed(config, embedder):
     # user context, the first search, and the cross-validation (its search is recorded there, once)
     assert sorted(e.metadata["source"] for e in store.tree.entries.values()) == ["cross_validation", "executor", "user_context"]
     doc = store.insight_doc
-    assert [t.type for t in doc.completed_tasks] == [TaskType.NORMAL, TaskType.CROSS_VALIDATE]
+    assert [t.type for t in doc.completed_tasks] == [TaskKind.NORMAL, TaskKind.CROSS_VALIDATE]
     assert all(t.status is TaskStatus.SUCCESS for t in doc.completed_tasks)
     assert event.merged_node_ids[0] in doc.completed_tasks[1].description
     assert result.answer == "July, on the Calder"

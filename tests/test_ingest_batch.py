@@ -70,7 +70,7 @@ def test_batched_ingest_makes_the_sequential_bank_in_fewer_calls(tmp_path, embed
     assert shape(many) == shape(one)
     nodes, edges = shape(one)
     assert len(nodes) == 8 and edges and any("~" in context for _, context, _ in nodes)  # related verdicts applied
-    assert [e.text for e in many.store.tree.entries.values()] == [e.text for e in one.store.tree.entries.values()]
+    assert [e.text for e in many.session.store.tree.entries.values()] == [e.text for e in one.session.store.tree.entries.values()]
     assert not any(c.route.endswith("_batch") for c in one_lm.calls)
     assert {c.route for c in many_lm.calls} >= {"structure_batch", "analysis_batch"}
     # the same items were asked, and the meter counts each real LM call once

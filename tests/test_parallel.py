@@ -56,8 +56,8 @@ def test_parallel_and_sequential_banks_are_equal_node_for_node(tmp_path, embedde
     first = one.run("What did the harbour towns build?", context=context)
     many = MemoryBank(bank_for(tmp_path, 8, ingest_batch=2), lm=lm(delay=0.05, seen=seen), embedder=embedder)
     second = many.run("What did the harbour towns build?", context=context)
-    assert len(one.store.graph) == 12 and nodes(many) == nodes(one)
-    assert [e.text for e in many.store.tree.entries.values()] == [e.text for e in one.store.tree.entries.values()]
+    assert len(one.session.store.graph) == 12 and nodes(many) == nodes(one)
+    assert [e.text for e in many.session.store.tree.entries.values()] == [e.text for e in one.session.store.tree.entries.values()]
     # every call counted once, for the right agent (the executor's prompts hold random node ids, so only
     # the calls of agents that see no ids are compared token for token)
     assert {a: u["calls"] for a, u in second.usage.items()} == {a: u["calls"] for a, u in first.usage.items()}

@@ -15,14 +15,16 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from amb_dspy.files import PRIVATE_MODE, write_atomically
 from amb_dspy.storage.hops import Hop
-from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.insight_doc import InsightDoc, legacy_pending
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 
 # 2: nodes carry their sources (entry id + character spans) and the file names its embedding model.
-# Files of version 1 still load, their nodes without sources.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: the Insight Doc's pending task is typed (``pending``: kind, description, node ids), its text kept in
+# ``pending_tasks``. Files of versions 1-2 still load: nodes of version 1 without sources, and pending tasks
+# of both typed from their text (storage.insight_doc.legacy_pending).
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 FORMAT_NAME = "amb-dspy-bank"
 
 
@@ -47,7 +49,7 @@ class BankFile(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
-    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
     embedding_model: str | None = None
     hops: list[Hop] = []
     insight_doc: InsightDoc | None
@@ -150,9 +152,20 @@ def _check_header(path: Path, raw: Any) -> None:
         )
 
 
+def _typed_pending(raw: dict[str, Any]) -> dict[str, Any]:
+    """A file of schema 1 or 2 with its pending task typed (schema 3 stores the kind; see legacy_pending)."""
+    doc = raw.get("insight_doc")
+    if raw.get("schema_version", SCHEMA_VERSION) >= 3 or not isinstance(doc, dict) or "pending" in doc:
+        return raw
+    texts = doc.get("pending_tasks")
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        return raw  # validation says what is wrong
+    return {**raw, "insight_doc": {**doc, "pending": [legacy_pending(t) for t in texts]}}
+
+
 def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBank:
     try:
-        data = BankFile.model_validate(raw)
+        data = BankFile.model_validate(_typed_pending(raw))
     except ValidationError as exc:
         raise BankFileError(f"{path}: invalid bank file: {_first_error(exc)}") from None
     if embedding_dim is None:

@@ -28,7 +28,7 @@ from amb_dspy.agents import MEMORY_CHECK_TASK
 from amb_dspy.config import AmbConfig
 from amb_dspy.executor import resolve_node_id
 from amb_dspy.lm import LOCAL_SPEC, is_embedded
-from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task.state import revised
 
 if TYPE_CHECKING:
@@ -59,12 +59,12 @@ def answered_from_memory(session: TaskSession) -> bool:
     cited = resolved(session, output.cited_node_ids) if output else []
     sufficient = bool(output and output.sufficient and cited)
     if output is not None:  # the verdict, for planning and the record (a failed call taught nothing)
-        check = CompletedTask(type=TaskType.NORMAL, description=MEMORY_CHECK_TASK, status=TaskStatus.SUCCESS,
+        check = CompletedTask(type=TaskKind.NORMAL, description=MEMORY_CHECK_TASK, status=TaskStatus.SUCCESS,
                               context=_verdict(output, sufficient)[:300])
-        store.set_insight_doc(revised(doc, completed=[*doc.completed_tasks, check], pending=doc.pending_tasks))
+        store.set_insight_doc(revised(doc, completed=[*doc.completed_tasks, check], pending=doc.pending))
     after = session.meter.total()
     store.record_hop(Hop(
-        loop=state.loops, task=MEMORY_CHECK_TASK, kind="MEMORY", answer=output.answer if output else "",
+        loop=state.loops, task=MEMORY_CHECK_TASK, kind=TaskKind.MEMORY.value, answer=output.answer if output else "",
         success=sufficient, tool_calls=[], lm_calls=after["calls"] - before["calls"],
         tokens=(after["prompt_tokens"] + after["completion_tokens"]) - (before["prompt_tokens"] + before["completion_tokens"]),
     ))

@@ -21,12 +21,21 @@ from __future__ import annotations
 
 import dspy
 
-from amb_dspy.adapter import TaskKind, knowledge_text, recognition_text
-from amb_dspy.agents import answer_from_memory_task
+from amb_dspy.adapter import knowledge_text, recognition_text
+from amb_dspy.agents.fallback.planning import pending_after_failure
 from amb_dspy.errors import one_line
 from amb_dspy.executor import ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
-from amb_dspy.storage import Hop, HopCall, InsightDoc, InteractionEntry, QueryGraphNode, TaskStatus
+from amb_dspy.storage import (
+    Hop,
+    HopCall,
+    InsightDoc,
+    InteractionEntry,
+    PendingTask,
+    QueryGraphNode,
+    TaskKind,
+    TaskStatus,
+)
 from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, FAST_TERMINATION, answered_from_memory, last_answer
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import revised
@@ -101,10 +110,8 @@ class TaskLoop:
             return
         planned = self.session.plan_step(new_nodes, report="", failure=failure)
         doc = self.store.insight_doc
-        if (failure or not planned) and not doc.pending_tasks:
-            # Nothing was planned because something failed: the executor still tries, rather than the
-            # run ending as if the goal were met.
-            self.store.set_insight_doc(revised(doc, pending=[answer_from_memory_task(doc.task_goal)]))
+        if (failure or not planned) and not doc.pending:  # planning's rule (its policy's) after a failure
+            self.store.set_insight_doc(revised(doc, pending=pending_after_failure(doc)))
 
     def step(self) -> None:
         session, state, doc = self.session, self.state, self.store.insight_doc
@@ -131,7 +138,7 @@ class TaskLoop:
             state.answer, _ = citations(result, self.store.graph.nodes_dict)
             new_nodes, failure = self.remember(result, doc)
         session.plan_step(new_nodes, report=result.report(), failure=failure)
-        self.record_hop(doc, kind.value, result, before)
+        self.record_hop(doc, kind, result, before)
 
     def _failed_step(self, doc: InsightDoc, kind: TaskKind, exc: Exception, before: dict[str, int]) -> None:
         """The executor failed: the task fails, what its tools returned is kept, planning goes on."""
@@ -143,7 +150,7 @@ class TaskLoop:
             state.active = None
         new_nodes, _ = self.remember(ExecutionResult("", list(self.executor.calls)), doc)
         self.session.plan_step(new_nodes, report="", failure=message)
-        self.record_hop(doc, kind.value, ExecutionResult("", list(self.executor.calls)), before)
+        self.record_hop(doc, kind, ExecutionResult("", list(self.executor.calls)), before)
 
     def final_answer(self) -> None:
         """One last execution with nothing pending: the executor answers the goal from memory."""
@@ -159,7 +166,7 @@ class TaskLoop:
             state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
             self.remember(ExecutionResult("", list(self.executor.calls)), final_doc)
             result = None
-        self.record_hop(final_doc, "ANSWER", result or ExecutionResult("", list(self.executor.calls)), before)
+        self.record_hop(final_doc, TaskKind.ANSWER, result or ExecutionResult("", list(self.executor.calls)), before)
         if result is not None:
             answer, state.citations = citations(result, self.store.graph.nodes_dict)
             self.remember(result, final_doc)  # what the last pass looked up stays in memory too
@@ -182,9 +189,9 @@ class TaskLoop:
                   if t.status is TaskStatus.FAILURE and t.description not in self.state.retried]
         if not failed:
             return "finished_with_failures"
-        retry = failed[-1].description
-        self.state.retried.add(retry)
-        self.store.set_insight_doc(revised(doc, pending=[retry]))
+        retry = failed[-1]
+        self.state.retried.add(retry.description)
+        self.store.set_insight_doc(revised(doc, pending=[PendingTask(kind=retry.type, description=retry.description)]))
         return None
 
     # --- executing and remembering -------------------------------------------------------------
@@ -207,14 +214,17 @@ class TaskLoop:
         metadata = {**self.session.tool_metadata(knowledge, doc=doc), "answer": result.answer}
         return self.session.remember_calls(knowledge, metadata)
 
-    def record_hop(self, doc: InsightDoc, kind: str, result: ExecutionResult, before: dict[str, int]) -> None:
+    def record_hop(self, doc: InsightDoc, kind: TaskKind, result: ExecutionResult, before: dict[str, int]) -> None:
         """The executed subtask as a hop: its tool calls, answer, success (as planning recorded it) and cost."""
         task = doc.current_task or doc.task_goal
         recorded = [t for t in self.store.insight_doc.completed_tasks if t.description == task]
-        success = bool(recorded) and recorded[-1].status is TaskStatus.SUCCESS if kind != "ANSWER" else bool(result.answer)
+        if kind is TaskKind.ANSWER:
+            success = bool(result.answer)
+        else:
+            success = bool(recorded) and recorded[-1].status is TaskStatus.SUCCESS
         after = self.session.meter.total()
         self.store.record_hop(Hop(
-            loop=self.state.loops, task=task, kind=kind, answer=result.answer, success=success,
+            loop=self.state.loops, task=task, kind=kind.value, answer=result.answer, success=success,
             tool_calls=[HopCall(name=c.name, args=c.args, cached=c.cached) for c in result.tool_calls],
             lm_calls=after["calls"] - before["calls"],
             tokens=(after["prompt_tokens"] + after["completion_tokens"]) - (before["prompt_tokens"] + before["completion_tokens"]),

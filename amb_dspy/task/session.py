@@ -31,7 +31,6 @@ from typing import Any
 import dspy
 
 from amb_dspy.adapter import MemoryAdapter
-from amb_dspy.agents import is_cross_validation_task
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
@@ -39,7 +38,7 @@ from amb_dspy.executor import ExecutionResult, ToolCall, citations
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, UsageMeter
 from amb_dspy.memory_writer import MemoryWriter
-from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
@@ -258,14 +257,15 @@ class TaskSession(TaskMemory):
         answer = checked_text("the answer", answer, limit, empty_ok=True).strip()
         doc = self.store.insight_doc
         description = description or doc.current_task or doc.task_goal
-        if self.state.active is not None and description == doc.current_task and is_cross_validation_task(description):
+        task = doc.pending_task
+        validated = task is not None and task.kind is TaskKind.CROSS_VALIDATE and description == task.description
+        if self.state.active is not None and validated:
             with self.meter.counting():
                 self._new_nodes.extend(self.memory.resolve_conflict(self.state, ExecutionResult(answer))[0])
-        kind = TaskType.CROSS_VALIDATE if is_cross_validation_task(description) else TaskType.NORMAL
-        done = CompletedTask(type=kind, description=description, status=TaskStatus(str(status).strip().lower()),
-                             context=" ".join(answer.split())[:300])
-        pending = [task for task in doc.pending_tasks if task != description]
-        self.store.set_insight_doc(revised(doc, completed=[*doc.completed_tasks, done], pending=pending))
+        completed = doc.with_finished(TaskStatus(str(status).strip().lower()), " ".join(answer.split())[:300],
+                                      description)
+        pending = [task for task in doc.pending if task.description != description]
+        self.store.set_insight_doc(revised(doc, completed=completed, pending=pending))
         if description == doc.task_goal or not pending:
             self.state.answer, self.state.citations = citations(ExecutionResult(answer), self.store.graph.nodes_dict)
         return self.store.insight_doc

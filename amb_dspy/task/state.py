@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from amb_dspy.errors import InputError
-from amb_dspy.storage import CompletedTask, InsightDoc
+from amb_dspy.storage import CompletedTask, InsightDoc, PendingTask
 from amb_dspy.text import is_binary
 
 # How much of a cross-validation (answer + tool responses) the integration agent is shown.
@@ -98,7 +98,8 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
         raise InputError(f"context file {path}: not UTF-8 text") from None
 
 
-def revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None, pending: list[str] = ()) -> InsightDoc:
+def revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None,
+            pending: list[PendingTask] = ()) -> InsightDoc:
     """The same task's Insight Doc with new task lists, built anew so its rules (<= 1 pending) are checked."""
     return InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal,
-                      completed_tasks=doc.completed_tasks if completed is None else completed, pending_tasks=list(pending))
+                      completed_tasks=doc.completed_tasks if completed is None else completed, pending=list(pending))
