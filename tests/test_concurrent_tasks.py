@@ -53,11 +53,14 @@ def scripted_lm() -> ScriptedLM:
 
 
 def memories(result) -> tuple:
-    """A run's answer and memory contents, without the random ids and the timings."""
+    """A run's answer, memory contents and LM calls per agent (each task meters its own), without the random
+    ids, the timings and the token counts (the scripted LM's counts vary with the random node ids it is shown)."""
     nodes = sorted((n["summary"], n["context"], tuple(n["keywords"])) for n in result.query_graph["nodes"])
     entries = sorted(e["text"] for e in result.interaction_tree["entries"])
     tasks = [(t["type"], t["description"], t["status"]) for t in result.insight_doc["completed_tasks"]]
-    return result.answer, result.termination, nodes, entries, tasks, len(result.query_graph["edges"])
+    hops = [(h["kind"], h["task"], h["success"], h["lm_calls"]) for h in result.hops]
+    return (result.answer, result.termination, nodes, entries, tasks, len(result.query_graph["edges"]), hops,
+            {agent: usage["calls"] for agent, usage in result.usage.items()}, result.fallbacks, result.errors)
 
 
 def test_two_tasks_on_one_bank_at_once_equal_two_runs_one_after_the_other(tmp_path, corpus, embedder):  # noqa: F811

@@ -119,6 +119,8 @@ class TaskSession(TaskMemory):
     def save(self, directory: str | Path | None = None) -> Path:
         """Write the task's checkpoint (default ``config.checkpoint_dir``), the tool responses the resumed
         task did not ask for again kept first (see :mod:`amb_dspy.task.checkpoint`)."""
+        if directory is None and self.config.checkpoint_dir is None:
+            raise InputError("no checkpoint folder: name one, or set checkpoint_dir (amb run --checkpoint DIR)")
         directory = Path(directory or self.config.checkpoint_dir)
         first = not (directory / checkpoint.CHECKPOINT_FILE).exists()
         tools = None
