@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import importlib
-import os
 from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from amb_dspy.config.environment import provider_api_key
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
 from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX
@@ -54,7 +54,7 @@ def _hosted_lm(spec: str, config: AmbConfig) -> dspy.LM:
     kwargs: dict[str, Any] = {}
     api_key = config.llm_api_key
     if not api_key and spec.startswith("deepseek/"):
-        api_key = os.environ.get("DEEPSEEK_API_KEY", "")
+        api_key = provider_api_key("deepseek")
     if api_key:
         kwargs["api_key"] = api_key
     if config.llm_base_url:

@@ -7,8 +7,9 @@ A spec is a DSPy model string (``"deepseek/deepseek-chat"``, ``"openai/gpt-4o-mi
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
+
+from amb_dspy.config.environment import provider_api_key
 
 if TYPE_CHECKING:
     from amb_dspy.config import AmbConfig
@@ -38,4 +39,4 @@ def has_credentials(spec: str, config: AmbConfig) -> bool:
     if config.llm_api_key or config.llm_base_url:
         return True
     provider = spec.split("/", 1)[0] if "/" in spec else "openai"
-    return bool(os.environ.get(f"{provider.upper()}_API_KEY"))
+    return bool(provider_api_key(provider))
