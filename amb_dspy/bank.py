@@ -91,7 +91,7 @@ class MemoryBank(LoopPhases):
         self.session: TaskMemory | None = None  # the current run's memory (see SessionAttribute)
         self.meter: UsageMeter | None = None
         self.progress = progress
-        self.embedder = embedder if embedder is not None else default_embedder()
+        self.embedder = embedder if embedder is not None else default_embedder(config=self.config)
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
         self.agents: dict[str, dspy.Module] = {name: cls(self.config) for name, cls in AGENT_CLASSES.items()}
