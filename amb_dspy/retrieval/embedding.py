@@ -86,13 +86,14 @@ def resolve_backend(backend: str) -> str:
 
 
 def default_embedder(backend: str | None = None, *, config: AmbConfig | None = None) -> CachingEmbedder:
-    """The process-wide all-MiniLM-L6-v2 embedder that ``config`` describes (default: ``AmbConfig()``, the
-    environment): its embedding section (backend, batch size) and its cache dir, where the ONNX export lives.
+    """The process-wide all-MiniLM-L6-v2 embedder that ``config`` describes (default: the environment's
+    settings): its embedding section (backend, batch size) and its cache dir, where the ONNX export lives.
     ``backend`` overrides the configured one. Banks of the same settings share one embedder (and its vector
     cache); the model loads on first use."""
-    from amb_dspy.config import AmbConfig
+    if config is None:
+        from amb_dspy.config import EmbeddingSettings, PathSettings
 
-    config = config or AmbConfig()
+        return shared_embedder(EmbeddingSettings(), PathSettings().cache_dir, backend=backend)
     return shared_embedder(config.embedding, config.paths.cache_dir, backend=backend)
 
 

@@ -194,10 +194,10 @@ class OnnxEmbedder(CachingEmbedder):
 
 def main() -> None:
     """Export the bundled model once (``make install`` runs this), into AMB_CACHE_DIR or ~/.cache/amb-dspy."""
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import PathSettings
 
     model_dir = bundled_minilm_dir()
-    path = onnx_model_path(model_dir, AmbConfig().paths.cache_dir)
+    path = onnx_model_path(model_dir, PathSettings().cache_dir)
     if path.is_file():
         print(f"ONNX embedding model already exported: {path}")
         return
