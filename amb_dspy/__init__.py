@@ -6,11 +6,9 @@ them, never here, so ``import amb_dspy`` and ``amb --help`` stay fast.
 
 __version__ = "0.1.0"
 
-import os as _os
+from amb_dspy.config.environment import prefer_passive_openmp as _prefer_passive_openmp
 
-# llama.cpp's and torch's OpenMP threads otherwise spin-wait between calls, which on 2 shared cores made
-# a 60-token local generation take 60 s instead of 6 s. It must be set before torch is imported.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_prefer_passive_openmp()  # before torch or llama.cpp is imported
 
 
 def __getattr__(name: str):

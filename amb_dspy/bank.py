@@ -70,7 +70,7 @@ class MemoryBank:
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
         self.progress = progress
-        self.embedder = embedder if embedder is not None else default_embedder()
+        self.embedder = embedder if embedder is not None else default_embedder(config=self.config)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).

@@ -6,12 +6,12 @@ Heavy libraries (DSPy, torch, FAISS, sentence-transformers) are imported inside 
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import typer
 
+from amb_dspy.config.environment import debug_enabled
 from amb_dspy.errors import one_line
 from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
 
@@ -122,7 +122,7 @@ def run(
     except _expected_errors() as exc:
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
-        if os.environ.get("AMB_DEBUG"):
+        if debug_enabled():
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
     for agent in sorted({*result.usage, *result.fallbacks}):
@@ -231,7 +231,7 @@ def _run_command(call) -> None:
     except (*_expected_errors(), *expected_errors()) as exc:
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
-        if os.environ.get("AMB_DEBUG"):
+        if debug_enabled():
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
 

@@ -69,7 +69,7 @@ from amb_dspy.retrieval.keyword import once_per_term, terms, words
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import QueryGraphNode
-from amb_dspy.text import split_sentences
+from amb_dspy.text import paragraph_starts, split_sentences
 
 VIEWS = ("summary", "evidence")
 _TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
@@ -176,7 +176,7 @@ def is_heading(line: str, following: str, count: Callable[[str], int] = estimate
 def _paragraph_starts(text: str) -> list[int]:
     """Where each paragraph (blank-line separated) of ``text`` begins, in order: found once per text, not once per
     line (a long entry has thousands of lines)."""
-    return [0] + [match.end() for match in re.finditer(r"\n(?:[ \t]*\n)+", text)]
+    return paragraph_starts(text)
 
 
 def _opens_paragraph(text: str, line_start: int) -> bool:

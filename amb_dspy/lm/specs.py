@@ -7,11 +7,12 @@ A spec is a DSPy model string (``"deepseek/deepseek-chat"``, ``"openai/gpt-4o-mi
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING
 
+from amb_dspy.config.environment import provider_api_key
+
 if TYPE_CHECKING:
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import AmbConfig, ModelSettings
 
 LOCAL_SPEC = "local"
 GGUF_PREFIX = "gguf:"
@@ -28,14 +29,14 @@ def resolve_lm_spec(config: AmbConfig) -> tuple[str, str | None]:
     from amb_dspy.config import DEFAULT_LM
 
     spec = config.lm.strip()
-    if spec == DEFAULT_LM and not has_credentials(spec, config):
+    if spec == DEFAULT_LM and not has_credentials(spec, config.models):
         return LOCAL_SPEC, LOCAL_NOTICE
     return spec, None
 
 
-def has_credentials(spec: str, config: AmbConfig) -> bool:
+def has_credentials(spec: str, models: ModelSettings) -> bool:
     """Whether a hosted ``spec`` can be reached: a generic key or base URL, or the provider's own key."""
-    if config.llm_api_key or config.llm_base_url:
+    if models.llm_api_key or models.llm_base_url:
         return True
     provider = spec.split("/", 1)[0] if "/" in spec else "openai"
-    return bool(os.environ.get(f"{provider.upper()}_API_KEY"))
+    return bool(provider_api_key(provider))

@@ -61,7 +61,7 @@ def open_store(config: AmbConfig | None = None, *, embedder: Embedder | None = N
     if embedder is None:
         from amb_dspy.retrieval.embedding import default_embedder
 
-        embedder = default_embedder()
+        embedder = default_embedder(config=config)
     options.setdefault("alpha", config.retrieval_alpha)
     return BACKENDS[backend](config, embedder, options)
 
@@ -89,7 +89,7 @@ def open_store_with_fallback(config: AmbConfig | None = None, *, embedder: Embed
     if embedder is None:
         from amb_dspy.retrieval.embedding import default_embedder
 
-        embedder = default_embedder()
+        embedder = default_embedder(config=config)
     local_config = config.model_copy(update={"longterm_backend": "sqlite", "longterm_url": ""})
     try:
         remote, unreachable = open_store(config, embedder=embedder, **options), None
