@@ -51,6 +51,7 @@ def test_every_exception_class_in_amb_dspy_is_under_the_one_root():
     ("amb_dspy.compiled.CompiledError", (UserError,)),
     ("amb_dspy.tools.corpus_files.CorpusError", (UserError, ValueError)),
     ("amb_dspy.view.trace.TraceError", (UserError, ValueError)),
+    ("amb_dspy.task.tools.ToolFailure", (UserError,)),
     ("amb_dspy.storage.query_graph.GraphError", (AmbError, ValueError)),
     ("amb_dspy.tools.netguard.URLRefused", (AmbError, ValueError)),
     ("amb_dspy.tools.netguard.ResolutionTimeout", (AmbError, TimeoutError)),
