@@ -197,12 +197,11 @@ def show_bank(
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
     from rich.console import Console
 
-    from amb_dspy.storage.bank_file import BankFileError
-    from amb_dspy.view import ViewError, show
+    from amb_dspy.view import show
 
     try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
         show(Console(), bank=bank, node=node, html=html, trace=trace)
-    except (BankFileError, ViewError, OSError) as exc:
+    except (UserError, OSError) as exc:
         _fail(one_line(exc))
 
 

@@ -119,3 +119,12 @@ def test_the_long_term_tools_fall_back_to_the_local_store_as_runs_do(tmp_path, e
     written = ok(server, "memory_write", text=FACT, namespace="alice")
     assert ok(server, "memory_search", query="Calder", namespace="alice")[0]["item_id"] == written["item_id"]
     assert (config.storage_dir / "longterm.sqlite3").exists()
+
+
+def test_amb_serve_refuses_an_allowed_folder_that_does_not_exist(tmp_path):
+    from typer.testing import CliRunner
+
+    from amb_dspy.cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--allow-dir", str(tmp_path / "missing")])
+    assert result.exit_code == 1 and result.output.strip() == f"error: --allow-dir {tmp_path / 'missing'}: no such folder"

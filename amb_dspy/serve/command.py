@@ -21,12 +21,11 @@ def serve_command(
     allow_dir: list[Path] = typer.Option([], "--allow-dir", help="a folder beyond STORAGE_DIR that memory_start_task may read bank files from (repeatable)"),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
-    from amb_dspy.errors import one_line
+    from amb_dspy.errors import InputError, UserError, one_line
 
     try:
         from amb_dspy.bank import MemoryBank
         from amb_dspy.config import AmbConfig
-        from amb_dspy.errors import InputError
         from amb_dspy.serve.server import serve
 
         for folder in allow_dir:
@@ -38,6 +37,9 @@ def serve_command(
         bank = MemoryBank(AmbConfig(**overrides), compiled=compiled)
     except ImportError as exc:
         typer.echo(f"error: {one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'", err=True)
+        raise typer.Exit(1) from None
+    except UserError as exc:
+        typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
     except Exception as exc:  # noqa: BLE001 - a bad flag or setting ends in one line before serving
         typer.echo(f"error: {type(exc).__name__}: {one_line(exc)}", err=True)
