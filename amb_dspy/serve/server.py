@@ -23,7 +23,6 @@ one request never takes the server down.
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,8 +34,6 @@ from pydantic import ValidationError
 from amb_dspy.bank import MemoryBank
 from amb_dspy.serve.registry import TaskRegistry
 from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, ToolFailure, ToolHost, validation_line
-
-logger = logging.getLogger("amb_dspy.serve")
 
 INSTRUCTIONS = (
     "A task-scoped memory bank. Start a task with memory_start_task(goal) and keep its task_id. After every "
