@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from amb_dspy.config.environment import debug_enabled
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
@@ -22,22 +22,6 @@ app.command("serve")(serve_command)
 def _fail(message: str, code: int = 1) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
-
-
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean bad input or configuration: reported in one line, without a traceback."""
-    from amb_dspy.errors import ConfigError, InputError
-    from amb_dspy.retrieval.embedding import EmbeddingError
-    from amb_dspy.storage.bank_file import BankFileError
-
-    errors: list[type[BaseException]] = [InputError, ConfigError, BankFileError, EmbeddingError, FileNotFoundError]
-    for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
-                         ("amb_dspy.tools.corpus", "CorpusError"), ("amb_dspy.view", "ViewError")):
-        try:
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(errors)
 
 
 @app.command()
@@ -119,7 +103,7 @@ def run(
                 result = bank.run(task or "", context=context, images=list(image), bank=bank_file)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, export), code=130)
-    except _expected_errors() as exc:
+    except UserError as exc:  # what the user can fix: one line, no traceback
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if debug_enabled():
@@ -213,22 +197,19 @@ def show_bank(
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
     from rich.console import Console
 
-    from amb_dspy.storage.bank_file import BankFileError
-    from amb_dspy.view import ViewError, show
+    from amb_dspy.view import show
 
     try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
         show(Console(), bank=bank, node=node, html=html, trace=trace)
-    except (BankFileError, ViewError, OSError) as exc:
+    except (UserError, OSError) as exc:
         _fail(one_line(exc))
 
 
 def _run_command(call) -> None:
     """Run a command body; known errors and anything unexpected end in one line and a non-zero exit."""
-    from optimize.commands import expected_errors
-
     try:
         call()
-    except (*_expected_errors(), *expected_errors()) as exc:
+    except UserError as exc:
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
         if debug_enabled():
@@ -289,11 +270,11 @@ _KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, prefere
 def _memory(command: str, **arguments) -> None:
     """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
     from amb_dspy.config import AmbConfig
-    from amb_dspy.longterm import LongTermError, commands
+    from amb_dspy.longterm import commands
 
     try:
         lines = getattr(commands, command)(AmbConfig(), **arguments)
-    except (LongTermError, *_expected_errors()) as exc:
+    except UserError as exc:
         _fail(one_line(exc))
     for line in lines:
         typer.echo(line)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from amb_dspy.compiled_state import checked_state
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.files import PRIVATE_MODE, new_temp_beside, replace_with
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ MANIFEST_FILE = "manifest.json"
 MAX_STATE_BYTES = 20_000_000  # a state file is instructions and a few demos; far less than this
 
 
-class CompiledError(Exception):
+class CompiledError(UserError):
     """A compiled-programs directory cannot be used as asked; the message is one line."""
 
 

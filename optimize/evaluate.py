@@ -37,7 +37,7 @@ from pydantic import BaseModel
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.lm import UsageMeter, adapter_for
 from amb_dspy.tools import SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 from optimize.hotpotqa import HotpotQAItem, load_hotpotqa
@@ -46,7 +46,7 @@ from optimize.metrics import answer_exact_match, answer_f1
 MODES = ("bank", "react", "context", "rag")
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """The evaluation cannot run as asked; the message is one line."""
 
 

@@ -113,7 +113,8 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
                 ("memory_observe", {"task_id": open_id, "tool": "search"}, "result"),  # missing argument
                 ("memory_context", {"task_id": open_id, "budget": "lots"}, "budget"),
                 ("memory_complete", {"task_id": open_id, "status": "finished"}, "success or failure"),
-                ("memory_start_task", {"goal": "g", "bank": str(tmp_path / "missing.json")}, "no such file"),
+                ("memory_start_task", {"goal": "g", "bank": str(tmp_path / "storage" / "missing.json")}, "no such file"),
+                ("memory_start_task", {"goal": "g", "bank": "/etc/passwd"}, "outside the folders this server reads"),
                 ("memory_write", {"text": "x", "kind": "opinion"}, "unknown kind"),
                 ("memory_export", {"task_id": open_id, "path": "../../outside.json"}, "must be a file inside"),
             ]:

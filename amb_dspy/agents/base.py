@@ -34,7 +34,7 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import DEFAULT_WINDOW, AgentName, AmbConfig
-from amb_dspy.errors import ConfigError
+from amb_dspy.errors import AmbError, ConfigError
 from amb_dspy.lm import input_window, is_embedded, prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
 from amb_dspy.text import split_sentences, words
@@ -56,7 +56,7 @@ HOSTED_INGEST_BATCH = 24
 MIN_INPUT_BUDGET = 64
 
 
-class AgentError(Exception):
+class AgentError(AmbError):
     """An agent could not get a usable answer from its LM: unparseable or incoherent output after
     DSPy's own adapter fallback, or a failed LM call (network, auth, context length...).
 

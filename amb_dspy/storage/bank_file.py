@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.errors import UserError
 from amb_dspy.files import PRIVATE_MODE, write_atomically
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc, legacy_pending
@@ -28,7 +29,7 @@ READABLE_VERSIONS = (1, 2, 3)
 FORMAT_NAME = "amb-dspy-bank"
 
 
-class BankFileError(ValueError):
+class BankFileError(UserError, ValueError):
     """A bank file cannot be read; the message is one line saying why."""
 
 

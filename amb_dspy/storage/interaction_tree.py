@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PrivateAttr
 
+from amb_dspy.errors import AmbError
 from amb_dspy.storage.clock import Timestamp, now
 
 
@@ -85,7 +86,7 @@ class MergeEvent(BaseModel):
     description: str = ""
 
 
-class TreeError(ValueError):
+class TreeError(AmbError, ValueError):
     """An operation would break the tree's append-only contract or its references."""
 
 

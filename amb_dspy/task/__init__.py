@@ -14,6 +14,7 @@ module                    what it holds
 ``state``                 the run state, its results and the input a run accepts
 ``worker``                one request at a time per task, on the task's own thread
 ``inputs``                what a session accepts from outside, checked at the door
+``tools``                 the one table of memory tools every door (MCP, dspy, PydanticAI, LangGraph) wraps
 ========================  ==============================================================================
 
 Nothing is imported here, so ``import amb_dspy.task.state`` stays light.
