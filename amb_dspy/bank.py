@@ -47,6 +47,7 @@ from amb_dspy.storage import (
 )
 from amb_dspy.task_memory import SessionAttribute, TaskMemory, start_store
 from amb_dspy.tool_cache import ToolCache
+from amb_dspy.tool_failures import tool_termination
 from amb_dspy.tool_journal import ToolJournal, keep_unasked
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
@@ -328,7 +329,7 @@ class MemoryBank(LoopPhases):
             self.images.cleanup(state.doc_id)
         if termination == "goal_met" and not state.answer:
             termination = "no_answer"  # the goal is met only by an answer
-        return termination
+        return tool_termination(state, termination)  # nor by sources that all failed
 
     def _checkpoint(self, state: RunState) -> None:
         if self.config.checkpoint_dir is None:

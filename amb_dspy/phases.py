@@ -24,6 +24,7 @@ from amb_dspy.executor import ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.run_state import Conflict, RunState, revised
 from amb_dspy.storage import Hop, HopCall, InsightDoc, QueryGraphNode, TaskStatus
+from amb_dspy.tool_failures import note_tool_calls
 
 
 class LoopPhases(AnswerPhases):
@@ -84,6 +85,7 @@ class LoopPhases(AnswerPhases):
     def _record_hop(self, state: RunState, doc: InsightDoc, kind: str, result: ExecutionResult,
                     before: dict[str, int]) -> None:
         """The executed subtask as a hop: its tool calls, answer, success (as planning recorded it) and cost."""
+        note_tool_calls(state, result.tool_calls)  # a failed search or visit is an error of the run
         task = doc.current_task or doc.task_goal
         recorded = [t for t in self.store.insight_doc.completed_tasks if t.description == task]
         success = bool(recorded) and recorded[-1].status is TaskStatus.SUCCESS if kind != "ANSWER" else bool(result.answer)

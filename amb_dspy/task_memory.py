@@ -15,7 +15,7 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import MemoryAdapter, image_task, knowledge_text
+from amb_dspy.adapter import MemoryAdapter, image_task
 from amb_dspy.agents import AgentError, ConflictNotification, cross_validation_task, is_cross_validation_task
 from amb_dspy.agents.fallback import POLICIES
 from amb_dspy.config import AmbConfig
@@ -102,8 +102,7 @@ class TaskMemory:
     def remember_calls(self, calls: list[ToolCall], metadata: dict[str, Any]) -> tuple[list[QueryGraphNode], str]:
         """Memory conversion of tool responses as one text; a later repeat of any of them is answered from
         the entry that records them (see :mod:`amb_dspy.tool_cache`)."""
-        text = knowledge_text(calls)
-        converted = self.memory.convert(self.state, text, metadata)
+        converted = self.memory.convert_calls(self.state, calls, metadata)  # within max_convert_chars
         if converted.remembered is not None:
             self.tool_cache.recorded(calls, converted.remembered.entry_id)  # a repeat reads its response back here
         else:

@@ -1,0 +1,111 @@
+"""A bounded cost per observation: how much of a tool response memory conversion hands to the LM.
+
+Memory conversion costs LM calls in proportion to its text (classification reads every segment,
+structure and analysis see every cluster), so one huge or garbled response could spend a whole run's
+LM calls. Before an observation is converted, :func:`budget_observation` decides what the LM reads:
+
+* lines that are not language (binary bytes, base64, minified code: see :func:`is_language`) are not
+  converted at all;
+* of the rest, at most ``max_chars`` characters: the passages that best match the task's goal
+  (:func:`~amb_dspy.tools.text.select_for_goal`, the helper visit uses for long pages).
+
+Whatever is left out is still kept whole, raw, in the Interaction Tree (the memory writer records it),
+with a notice saying why.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+import unicodedata
+from typing import NamedTuple
+
+from amb_dspy.tools.text import select_for_goal
+
+# A word: letters (any script), with inner apostrophes, hyphens or dots ("don't", "well-known", "U.S").
+_WORD = re.compile(r"[^\W\d_]+(?:['\u2019.\-][^\W\d_]+)*")
+# A number as prose writes it: 1962, 3.5, 1,000, 12:30, 2024-05-01, 7th.
+_NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*(?:st|nd|rd|th|s|%)?")
+_EDGES = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2013\u2014\u2026"
+# Longer runs of ASCII letters are not words of any language (base64 without digits, hashes); runs of
+# CJK letters are, as those scripts put no spaces between words (see _written_run).
+MAX_ASCII_WORD = 45
+# A line is language when at least this share of its non-space characters are words or numbers.
+MIN_WORD_SHARE = 0.5
+# Lines shorter than this say too little on their own: they follow the verdict on the whole text.
+MIN_JUDGED_CHARS = 80
+# Less junk than this is converted with the rest rather than set apart (a long URL on a line of its own).
+MIN_JUNK_CHARS = 1_000
+
+
+class Budgeted(NamedTuple):
+    """What memory conversion reads of an observation (``text``), and why not all of it (``notice``, "" when
+    ``text`` is the whole observation)."""
+
+    text: str
+    notice: str
+
+
+def _is_word(token: str) -> bool:
+    core = token.strip(_EDGES)
+    if not core or (len(core) > MAX_ASCII_WORD and core.isascii()):
+        return False
+    if _WORD.fullmatch(core) or _NUMBER.fullmatch(core):
+        return True
+    return not core.isascii() and _written_run(core)
+
+
+def _written_run(token: str) -> bool:
+    """A run of a script written without spaces (Chinese, Japanese, Thai): letters and digits with the
+    script's own punctuation, almost nothing else (random bytes read as Latin-1 are half symbols)."""
+    written = sum(ch.isalnum() or (ord(ch) > 0x2000 and unicodedata.category(ch).startswith("P")) for ch in token)
+    return written >= 0.9 * len(token)
+
+
+def word_share(text: str) -> float:
+    """The share of ``text``'s non-space characters that are in words or numbers (1.0 for empty text)."""
+    tokens = text.split()
+    total = sum(map(len, tokens))
+    return sum(len(t) for t in tokens if _is_word(t)) / total if total else 1.0
+
+
+def is_language(text: str) -> bool:
+    """Whether ``text`` reads as language: at least half its non-space characters are words or numbers.
+
+    Binary bytes decoded as text, base64, hex and minified code are mostly runs of letters, digits and
+    symbols with few spaces, so they fall far below; prose, dialogue, tables and search results stay far
+    above (see ``bench/observe_cost.py`` for the measured rates on HotpotQA, LoCoMo and the demo corpus).
+    """
+    return word_share(text) >= MIN_WORD_SHARE
+
+
+def language_lines(text: str) -> tuple[str, int]:
+    """``text`` without its lines that are not language, and how many characters were left out.
+
+    A line shorter than ``MIN_JUDGED_CHARS`` follows the verdict on the whole text; less than
+    ``MIN_JUNK_CHARS`` of junk in all is kept with the rest.
+    """
+    lines = text.splitlines(keepends=True)
+    whole = is_language(text)
+    kept = [line for line in lines if (is_language(line) if len(line.strip()) >= MIN_JUDGED_CHARS else whole)]
+    left_out = len(text) - sum(map(len, kept))
+    if left_out < MIN_JUNK_CHARS and whole:
+        return text, 0
+    return "".join(kept), left_out
+
+
+def budget_observation(text: str, goal: str, max_chars: int) -> Budgeted:
+    """The part of ``text`` memory conversion should read: its language, at most ``max_chars`` characters
+    of it, the passages best matching ``goal`` first (see the module docstring)."""
+    language, junk = language_lines(text)
+    notices = []
+    if junk:
+        notices.append(f"{junk:,} characters that are not language (binary, encoded or minified) kept raw, "
+                       "not converted")
+    if len(language) > max_chars:
+        notices.append(f"{len(language):,} characters over the conversion budget of {max_chars:,} "
+                       "(AMB_MAX_CONVERT_CHARS): the passages most relevant to the goal converted, all kept raw")
+        language = select_for_goal(language, goal, max_chars)
+    if not language.strip():
+        language = ""
+    return Budgeted(language, "; ".join(notices))
