@@ -32,6 +32,9 @@ _EDGES = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2013\u2014\
 MAX_ASCII_WORD = 45
 # A line is language when at least this share of its non-space characters are words or numbers.
 MIN_WORD_SHARE = 0.5
+# Source code: at least this share of spaces, and of its other characters letters and digits.
+MIN_CODE_SPACING = 0.12
+MIN_CODE_ALNUM = 0.6
 # Lines shorter than this say too little on their own: they follow the verdict on the whole text.
 MIN_JUDGED_CHARS = 80
 # Less junk than this is converted with the rest rather than set apart (a long URL on a line of its own).
@@ -70,13 +73,19 @@ def word_share(text: str) -> float:
 
 
 def is_language(text: str) -> bool:
-    """Whether ``text`` reads as language: at least half its non-space characters are words or numbers.
+    """Whether ``text`` reads as language: at least half its non-space characters are words or numbers,
+    or it is spaced like code (a space or more in every ``1 / MIN_CODE_SPACING`` characters, mostly letters
+    and digits between them: ``self.store.add(node)``).
 
-    Binary bytes decoded as text, base64, hex and minified code are mostly runs of letters, digits and
-    symbols with few spaces, so they fall far below; prose, dialogue, tables and search results stay far
-    above (see ``bench/observe_cost.py`` for the measured rates on HotpotQA, LoCoMo and the demo corpus).
+    Binary bytes decoded as text, base64 and minified code are runs of letters, digits and symbols with
+    few spaces, so they fail both; prose, dialogue, tables, search results and source code pass (see
+    ``bench/observe_cost.py`` for the measured rates on HotpotQA, LoCoMo and the demo corpus).
     """
-    return word_share(text) >= MIN_WORD_SHARE
+    if word_share(text) >= MIN_WORD_SHARE:
+        return True
+    spaces = sum(ch.isspace() for ch in text)
+    solid = len(text) - spaces
+    return spaces >= MIN_CODE_SPACING * len(text) and sum(ch.isalnum() for ch in text) >= MIN_CODE_ALNUM * solid
 
 
 def language_lines(text: str) -> tuple[str, int]:

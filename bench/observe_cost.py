@@ -4,8 +4,9 @@ prose with one relevant sentence in it, and a search returning 200 kB of binary 
 The bank, ReAct, the search tool, the memory writer, the real embedding model and FAISS run as they are;
 only the LM's words are scripted (tests/scripted_lm.py): the executor searches once and finishes,
 classification makes a topic of each segment, structure keeps the first two fifths of its cluster.
-One row per case (LM calls, prompt tokens, nodes, bytes kept in the Interaction Tree, whether a node was
-built from the relevant sentence), then the share of real text the language test would wrongly set
+One row per case (the run's LM calls and prompt tokens, those of memory conversion alone: classification,
+structure and analysis; nodes, bytes kept in the Interaction Tree, whether a node was built from the
+relevant sentence), then the share of real text the language test would wrongly set
 apart (HotpotQA and LoCoMo passages, the demo corpus), then a JSON line.
 
     python bench/observe_cost.py [--mb 5] [--junk-kb 200]
@@ -40,6 +41,7 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 GOAL = "When is the Tidewater Lantern Festival held?"
 NEEDLE = "The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year."
 REACT = "next_thought,next_tool_name,next_tool_args"
+MEMORY_AGENTS = ("classification", "structure", "analysis")  # the agents of memory conversion
 
 
 class OneAnswer:
@@ -63,10 +65,10 @@ def scripted_lm() -> ScriptedLM:
             return {"next_thought": "enough", "next_tool_name": "finish", "next_tool_args": {}}
         return {"next_thought": "look it up", "next_tool_name": "search", "next_tool_args": {"query": "lantern festival"}}
 
-    def plan(call):
-        first = "Find the festival date" not in call.inputs.get("insight_doc", "")
+    def plan(call):  # one subtask, then done
+        seen = {t["description"] for t in call.input_json("completed_tasks")} | {call.inputs.get("executed_task", "")}
         return {"executed_status": "success", "executed_context": "done",
-                "next_task": "Find the festival date" if first else ""}
+                "next_task": "" if "Find the festival date" in seen else "Find the festival date"}
 
     return ScriptedLM(
         classification=classify,
@@ -94,7 +96,7 @@ def prose() -> list[str]:
         sessions = conversation.get("conversation", conversation)
         for value in sessions.values():
             if isinstance(value, list):
-                passages.extend(f"{t.get('speaker', '')}: {t.get('text', '')}" for t in value if isinstance(t, dict))
+                passages.extend(f"{t['speaker']}: {t['text']}" for t in value if isinstance(t, dict) and "text" in t)
     passages.extend(p.read_text(encoding="utf-8") for p in sorted((ROOT / "datasets" / "demo").glob("*")) if p.is_file())
     return [p for p in passages if p.strip()]
 
@@ -129,9 +131,12 @@ def run_case(snippet: str, embedder, work: Path) -> dict:
     entries = bank.store.tree.entries
     from_needle = any(NEEDLE[:60] in entries[s.entry_id].text[a:b] for node in bank.store.graph.nodes_dict.values()
                       for s in node.sources for a, b in s.spans if s.entry_id in entries)
+    memory = [result.usage.get(agent, {"calls": 0, "prompt_tokens": 0}) for agent in MEMORY_AGENTS]
     return {
         "lm_calls": sum(u["calls"] for u in result.usage.values()),
         "prompt_tokens": sum(u["prompt_tokens"] for u in result.usage.values()),
+        "memory_lm_calls": sum(u["calls"] for u in memory),
+        "memory_prompt_tokens": sum(u["prompt_tokens"] for u in memory),
         "nodes": len(result.query_graph["nodes"]),
         "tree_bytes": sum(len(e.text.encode("utf-8")) for e in entries.values()),
         "snippet_in_tree": any(" ".join(snippet.split())[:5000] in e.text for e in entries.values()),
@@ -163,18 +168,20 @@ def main() -> None:
     embedder = default_embedder()
     cases = {"large": large_text(passages, int(args.mb * 1_000_000)), "junk": junk_text(int(args.junk_kb * 1000))}
     rows = {}
-    print(f"{'case':<8}{'chars':>10}{'LM calls':>10}{'prompt tokens':>15}{'nodes':>7}{'tree bytes':>12}"
-          f"{'all in tree':>13}{'needle node':>13}{'termination':>16}{'s':>7}")
+    print(f"{'case':<8}{'chars':>10}{'LM calls':>10}{'prompt tokens':>15}{'memory calls':>14}{'memory tokens':>15}"
+          f"{'nodes':>7}{'tree bytes':>12}{'all in tree':>13}{'needle node':>13}{'termination':>16}{'s':>7}")
     for name, snippet in cases.items():
         with tempfile.TemporaryDirectory(prefix="amb-observe-") as work:
             row = rows[name] = run_case(snippet, embedder, Path(work))
-        print(f"{name:<8}{len(snippet):>10}{row['lm_calls']:>10}{row['prompt_tokens']:>15}{row['nodes']:>7}"
+        print(f"{name:<8}{len(snippet):>10}{row['lm_calls']:>10}{row['prompt_tokens']:>15}"
+              f"{row['memory_lm_calls']:>14}{row['memory_prompt_tokens']:>15}{row['nodes']:>7}"
               f"{row['tree_bytes']:>12}{row['snippet_in_tree']!s:>13}{row['needle_in_node']!s:>13}"
               f"{row['termination']:>16}{row['seconds']:>7}", flush=True)
     fp = false_positives(passages)
     print(f"language test on real text: {fp}")
     print(json.dumps({**{f"{case}_{key}": value for case, row in rows.items() for key, value in row.items()
-                         if key in ("lm_calls", "prompt_tokens", "nodes", "tree_bytes", "needle_in_node")},
+                         if key in ("lm_calls", "prompt_tokens", "memory_lm_calls", "memory_prompt_tokens", "nodes",
+                                    "tree_bytes", "needle_in_node", "termination")},
                       "real_passages": fp["passages"], "real_passages_judged_junk": fp["passages_judged_junk"],
                       "real_chars_set_apart": fp["chars_set_apart"]}))
 

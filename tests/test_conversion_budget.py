@@ -92,8 +92,10 @@ def memory_calls(result) -> int:
     "| Year | Visitors |\n| 2021 | 12,400 |\n| 2022 | 15,100 |",
     "Search for 'festival' found 1 results:\n1. [Festival](https://example.org/f)\n   Held on 14 July 2024.",
     "東京は日本の首都であり、世界最大の都市圏の一つです。人口は約1400万人です。",
+    "    def loop(self, state: RunState) -> str:\n        if state.loops >= self.config.max_loops:\n"
+    "            return self._termination(state, reason='loop_cap')  # capped\n",
 ])
-def test_prose_dialogue_tables_results_and_cjk_are_language(text):
+def test_prose_dialogue_tables_results_cjk_and_code_are_language(text):
     assert is_language(text) and language_lines(text) == (text, 0)
 
 
