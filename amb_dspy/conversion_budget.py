@@ -20,6 +20,7 @@ import string
 import unicodedata
 from typing import NamedTuple
 
+from amb_dspy.retrieval.keyword import tokenize
 from amb_dspy.tools.text import select_for_goal
 
 # A word: letters (any script), with inner apostrophes, hyphens or dots ("don't", "well-known", "U.S").
@@ -27,6 +28,8 @@ _WORD = re.compile(r"[^\W\d_]+(?:['\u2019.\-][^\W\d_]+)*")
 # A number as prose writes it: 1962, 3.5, 1,000, 12:30, 2024-05-01, 7th.
 _NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*(?:st|nd|rd|th|s|%)?")
 _EDGES = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2013\u2014\u2026"
+# A token that is one plain ASCII word or number, with punctuation around it: a fast, partial count.
+_PLAIN_WORD = re.compile(r"(?<!\S)[\"'(\[]*(?:[A-Za-z]{1,45}|\d{1,12})[\"'.,;:!?)\]]*(?!\S)")
 # Longer runs of ASCII letters are not words of any language (base64 without digits, hashes); runs of
 # CJK letters are, as those scripts put no spaces between words (see _written_run).
 MAX_ASCII_WORD = 45
@@ -37,6 +40,8 @@ MIN_CODE_SPACING = 0.12
 MIN_CODE_ALNUM = 0.6
 # Lines shorter than this say too little on their own: they follow the verdict on the whole text.
 MIN_JUDGED_CHARS = 80
+# Over this many budgets of text, the stretches with the most of the goal's words are taken first.
+COARSE_STRETCHES = 4
 # Less junk than this is converted with the rest rather than set apart (a long URL on a line of its own).
 MIN_JUNK_CHARS = 1_000
 
@@ -53,7 +58,7 @@ def _is_word(token: str) -> bool:
     core = token.strip(_EDGES)
     if not core or (len(core) > MAX_ASCII_WORD and core.isascii()):
         return False
-    if _WORD.fullmatch(core) or _NUMBER.fullmatch(core):
+    if core.isalpha() or _WORD.fullmatch(core) or _NUMBER.fullmatch(core):  # isalpha: most words, fast
         return True
     return not core.isascii() and _written_run(core)
 
@@ -69,7 +74,12 @@ def word_share(text: str) -> float:
     """The share of ``text``'s non-space characters that are in words or numbers (1.0 for empty text)."""
     tokens = text.split()
     total = sum(map(len, tokens))
-    return sum(len(t) for t in tokens if _is_word(t)) / total if total else 1.0
+    if not total:
+        return 1.0
+    plain = sum(map(len, _PLAIN_WORD.findall(text)))  # plain words and numbers, counted in C: prose stops here
+    if plain >= MIN_WORD_SHARE * total:
+        return plain / total
+    return sum(len(t) for t in tokens if _is_word(t)) / total
 
 
 def is_language(text: str) -> bool:
@@ -103,6 +113,31 @@ def language_lines(text: str) -> tuple[str, int]:
     return "".join(kept), left_out
 
 
+def _best_stretches(text: str, goal: str, max_chars: int) -> str:
+    """The stretches of ``text`` (about ``max_chars`` each, cut at spaces) with the most of ``goal``'s words,
+    ``COARSE_STRETCHES`` of them in document order: a cheap first cut of a huge text, so that the finer
+    passage ranking of :func:`select_for_goal` reads megabytes no more."""
+    if len(text) <= COARSE_STRETCHES * max_chars:
+        return text
+    stretches, start = [], 0
+    while start < len(text):
+        end = text.find(" ", start + max_chars)
+        end = len(text) if end < 0 else end
+        stretches.append(text[start:end])
+        start = end
+    goal_words = sorted(set(tokenize(goal)))
+    if not goal_words:
+        return text[: COARSE_STRETCHES * max_chars]
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, goal_words)) + r")\b", re.IGNORECASE)
+
+    def score(i: int) -> tuple[int, int, int]:  # more distinct goal words, then more of them, then earlier
+        found = [m.lower() for m in pattern.findall(stretches[i])]
+        return -len(set(found)), -len(found), i
+
+    best = sorted(sorted(range(len(stretches)), key=score)[:COARSE_STRETCHES])
+    return "\n\n".join(stretches[i].strip() for i in best)
+
+
 def budget_observation(text: str, goal: str, max_chars: int) -> Budgeted:
     """The part of ``text`` memory conversion should read: its language, at most ``max_chars`` characters
     of it, the passages best matching ``goal`` first (see the module docstring)."""
@@ -114,7 +149,7 @@ def budget_observation(text: str, goal: str, max_chars: int) -> Budgeted:
     if len(language) > max_chars:
         notices.append(f"{len(language):,} characters over the conversion budget of {max_chars:,} "
                        "(AMB_MAX_CONVERT_CHARS): the passages most relevant to the goal converted, all kept raw")
-        language = select_for_goal(language, goal, max_chars)
+        language = select_for_goal(_best_stretches(language, goal, max_chars), goal, max_chars)
     if not language.strip():
         language = ""
     return Budgeted(language, "; ".join(notices))
