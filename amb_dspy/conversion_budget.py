@@ -106,7 +106,8 @@ def language_lines(text: str) -> tuple[str, int]:
     """
     lines = text.splitlines(keepends=True)
     whole = is_language(text)
-    kept = [line for line in lines if (is_language(line) if len(line.strip()) >= MIN_JUDGED_CHARS else whole)]
+    kept = [line for line in lines
+            if (whole if len(lines) == 1 or len(line.strip()) < MIN_JUDGED_CHARS else is_language(line))]
     left_out = len(text) - sum(map(len, kept))
     if left_out < MIN_JUNK_CHARS and whole:
         return text, 0
@@ -121,8 +122,8 @@ def _best_stretches(text: str, goal: str, max_chars: int) -> str:
         return text
     stretches, start = [], 0
     while start < len(text):
-        end = text.find(" ", start + max_chars)
-        end = len(text) if end < 0 else end
+        end = text.find(" ", start + max_chars, start + 2 * max_chars)
+        end = min(len(text), start + max_chars) if end < 0 else end  # no space: a script written without them
         stretches.append(text[start:end])
         start = end
     goal_words = sorted(set(tokenize(goal)))
