@@ -107,3 +107,18 @@ def test_the_cli_lists_the_failures_in_its_last_lines(tmp_path, monkeypatch):
     last_lines = " ".join(result.output.split())  # the console wraps long lines
     assert 'note: search({"query": "festival"}) failed: Error: no search backend is configured' in last_lines
     assert "note: every search and visit of this task failed" in last_lines
+
+
+def test_a_resumed_run_keeps_the_count_of_its_failed_calls(tmp_path, embedder):
+    from amb_dspy.checkpoint import read_checkpoint, write_checkpoint
+    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.run_state import RunState
+    from amb_dspy.storage import InsightDoc
+    from amb_dspy.tool_failures import tool_termination
+
+    store = MemoryStore(embedder, InsightDoc(task_goal=GOAL))
+    state = RunState(doc_id=store.insight_doc.doc_id, tool_calls=2, tool_failures=2)
+    write_checkpoint(tmp_path, state, {}, store)
+    resumed, _usage, _store = read_checkpoint(tmp_path, embedder)
+    assert (resumed.tool_calls, resumed.tool_failures) == (2, 2)
+    assert tool_termination(resumed, "goal_met") == "tools_failed"
