@@ -8,15 +8,16 @@ carries the conflict queue and the errors, and every agent is called through the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from amb_dspy.adapter import validation_text
+from amb_dspy.adapter import knowledge_text, validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
-from amb_dspy.executor import ExecutionResult
+from amb_dspy.conversion_budget import budget_observation
+from amb_dspy.executor import ExecutionResult, ToolCall
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
@@ -81,6 +82,32 @@ class MemoryWriter:
                                     [n.id for n in nodes],
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         return Conversion(nodes, self._analyse_new(state, nodes), entry)
+
+    def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
+        """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
+        outside agents' observations alike.
+
+        Each response is read within ``config.max_convert_chars`` and without its lines that are not
+        language (:mod:`amb_dspy.conversion_budget`). When that leaves anything out, the whole text is kept
+        raw as an entry of its own, saying why (a notice of the run), and only the part read is converted,
+        into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
+        holding the whole text, so a repeated call is answered from it.
+        """
+        text = knowledge_text(calls)
+        doc = self.store.insight_doc
+        goal = f"{doc.task_goal} {doc.current_task or ''}"
+        budgeted = [budget_observation(c.observation, goal, self.config.max_convert_chars) for c in calls]
+        notice = "; ".join(dict.fromkeys(b.notice for b in budgeted if b.notice))
+        if not notice:
+            return self.convert(state, text, metadata)
+        raw = self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "kept_raw": notice}))
+        state.notices.append(f"{_calls_label(calls)}: {notice}")
+        self._emit("notice", state.notices[-1])
+        excerpt = "\n\n".join(b.text for b in budgeted if b.text)
+        if not excerpt:
+            return Conversion([], "", raw)
+        converted = self.convert(state, excerpt, {**metadata, "excerpt_of": raw.entry_id})
+        return converted._replace(entry=raw if converted.remembered is not None else converted.entry)
 
     def _analyse_new(self, state: RunState, nodes: list[QueryGraphNode]) -> str:
         """Spec §4.3 steps 4-6 for the new nodes of one conversion; returns the last failure reason, or "".
@@ -207,3 +234,8 @@ class MemoryWriter:
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure
 
+
+
+def _calls_label(calls: Sequence[ToolCall]) -> str:
+    """Which tool calls a notice is about, e.g. ``search, visit``."""
+    return ", ".join(dict.fromkeys(c.name for c in calls)) or "tool response"

@@ -94,6 +94,9 @@ class ToolSettings(Section):
                                                         "non-public addresses (AMB_ALLOW_PRIVATE_URLS=1)")
     max_observation_chars: int = Field(20_000, ge=200, description="cap on one tool response as the executor's LM "
                                                                    "sees it; memory records the whole response")
+    max_convert_chars: int = Field(20_000, ge=200, description="the most text of one observation memory conversion "
+                                   "reads with the LM: the passages most relevant to the goal; the whole response "
+                                   "is kept raw in the Interaction Tree (amb_dspy.conversion_budget)")
 
 
 class ExecutorSettings(Section):

@@ -77,6 +77,7 @@ def _state(run: dict[str, Any]) -> RunState:
         fallbacks={str(agent): int(n) for agent, n in run.get("fallbacks", {}).items()},
         # how the answer was made: a fast-path answer ends the run on resume, an extractive one stays marked
         answered_from_memory=_flag(run, "answered_from_memory"), extractive=_flag(run, "extractive"),
+        tool_calls=int(run.get("tool_calls", 0)), tool_failures=int(run.get("tool_failures", 0)),
     )
 
 

@@ -39,6 +39,7 @@ from amb_dspy.storage import (
 from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, FAST_TERMINATION, answered_from_memory, last_answer
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import revised
+from amb_dspy.tool_failures import note_tool_calls, tool_termination
 
 __all__ = ["TaskLoop"]
 
@@ -81,7 +82,7 @@ class TaskLoop:
                 session.images.cleanup(state.doc_id)
         if termination == "goal_met" and not state.answer:
             termination = "no_answer"  # the goal is met only by an answer
-        return termination
+        return tool_termination(self.state, termination)  # nor by sources that all failed
 
     def checkpoint(self) -> None:
         if self.session.config.checkpoint_dir is not None:
@@ -216,6 +217,7 @@ class TaskLoop:
 
     def record_hop(self, doc: InsightDoc, kind: TaskKind, result: ExecutionResult, before: dict[str, int]) -> None:
         """The executed subtask as a hop: its tool calls, answer, success (as planning recorded it) and cost."""
+        note_tool_calls(self.state, result.tool_calls)  # a failed search or visit is an error of the run
         task = doc.current_task or doc.task_goal
         recorded = [t for t in self.store.insight_doc.completed_tasks if t.description == task]
         if kind is TaskKind.ANSWER:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amb_dspy.adapter import image_task, knowledge_text
+from amb_dspy.adapter import image_task
 from amb_dspy.agents import AgentError, ConflictNotification
 from amb_dspy.agents.fallback.planning import failed_plan
 from amb_dspy.config import AmbConfig
@@ -31,8 +31,7 @@ class TaskMemory:
     def remember_calls(self, calls: list[ToolCall], metadata: dict[str, Any]) -> tuple[list[QueryGraphNode], str]:
         """Memory conversion of tool responses as one text; a later repeat of any of them is answered from
         the entry that records them (see :mod:`amb_dspy.tool_cache`)."""
-        text = knowledge_text(calls)
-        converted = self.memory.convert(self.state, text, metadata)
+        converted = self.memory.convert_calls(self.state, calls, metadata)  # within max_convert_chars
         if converted.remembered is not None:
             self.tool_cache.recorded(calls, converted.remembered.entry_id)  # a repeat reads its response back here
         else:
