@@ -129,20 +129,20 @@ def test_a_huge_search_result_costs_a_bounded_number_of_calls_and_is_kept_whole(
     page = long_page(300_000)
     bank, result = run_with_search(tmp_path, embedder, page)
     assert result.termination == "goal_met" and sum(u["calls"] for u in result.usage.values()) <= 30
-    entries = bank.store.tree.entries
+    entries = bank.session.store.tree.entries
     assert any(" ".join(page.split()) in e.text for e in entries.values())  # all of it in the tree
-    sources = [entries[s.entry_id].text[a:b] for n in bank.store.graph.nodes_dict.values() for s in n.sources
+    sources = [entries[s.entry_id].text[a:b] for n in bank.session.store.graph.nodes_dict.values() for s in n.sources
                for a, b in s.spans]
     assert any(NEEDLE in text for text in sources)  # the relevant passage became a node
     assert any("conversion budget" in notice for notice in result.notices)
-    bank.store.check()
+    bank.session.store.check()
 
 
 def test_a_junk_search_result_is_kept_raw_with_a_notice_and_makes_no_node(tmp_path, embedder):
     blob = junk(60_000)
     bank, result = run_with_search(tmp_path, embedder, blob)
     assert memory_calls(result) == 0 and result.query_graph["nodes"] == []
-    [raw] = [e for e in bank.store.tree.entries.values() if e.metadata.get("source") == "executor"]
+    [raw] = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "executor"]
     assert " ".join(blob.split()) in raw.text and "not language" in raw.metadata["kept_raw"]
     assert any("not language" in notice for notice in result.notices)
 
