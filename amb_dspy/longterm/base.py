@@ -15,8 +15,12 @@ The design's four memory kinds group them (:data:`MEMORY_KINDS`), each with its 
 facts (``fact``: one merged statement), task traces (``conclusion``: merged statement; ``trajectory``:
 append) and tool effects (``tool_effect``: append).
 
-:class:`LongTermStore` holds everything the backends share: validation, embedding, merging of
-near-duplicates before a write, scoring, and the audit trail. A backend (:mod:`.sqlite`,
+:class:`LongTermStore` holds everything the backends share: validation (:mod:`.checks`), embedding,
+merging of near-duplicates before a write, scoring, and the audit trail; the records themselves are in
+:mod:`.items`. Every write passes the store's own policies, whichever door it came through: redaction
+(``redactor``, set by :func:`~amb_dspy.longterm.registry.open_store` when ``config.redact`` is on) and,
+for an embedded store, the :class:`~amb_dspy.longterm.ledger.Ledger` (its writers' lock around the merge
+check and the change, and the item count it checks on open). A backend (:mod:`.sqlite`,
 :mod:`.chroma`) implements a handful of storage primitives, the ``_``-prefixed abstract methods, and
 applies each :class:`Change` all or nothing; adding a backend (Qdrant, say) means writing those and
 one line in :mod:`.registry`.
