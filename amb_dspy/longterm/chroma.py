@@ -119,11 +119,11 @@ class ChromaStore(LongTermStore):
         path = Path(path)
         chromadb = _chromadb()
         ledger = Ledger(path)
-        with ledger.writing():  # checked and created with no write of another process in between
+        # checked and created with no write of another process in between
+        with _opening(str(path)), ledger.writing():
             ledger.check_files(path / "chroma.sqlite3")
-            with _opening(str(path)):
-                path.mkdir(parents=True, exist_ok=True)
-                client = chromadb.PersistentClient(path=str(path), settings=_settings())
+            path.mkdir(parents=True, exist_ok=True)
+            client = chromadb.PersistentClient(path=str(path), settings=_settings())
             store = cls(client, str(path), embedder, **options)
             try:
                 ledger.check_count(store._count())
