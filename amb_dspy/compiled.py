@@ -103,7 +103,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CompiledError(f"{path}: unreadable ({one_line(exc, 200)})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # JSON's true equals 1 in Python
         raise CompiledError(
             f"{path}: schema version {version!r}, but this amb-dspy reads version {SCHEMA_VERSION}; recompile with `amb optimize`"
         )

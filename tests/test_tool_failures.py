@@ -110,10 +110,10 @@ def test_the_cli_lists_the_failures_in_its_last_lines(tmp_path, monkeypatch):
 
 
 def test_a_resumed_run_keeps_the_count_of_its_failed_calls(tmp_path, embedder):
-    from amb_dspy.task.checkpoint import read_checkpoint, write_checkpoint
     from amb_dspy.graph_ops import MemoryStore
-    from amb_dspy.task.state import RunState
     from amb_dspy.storage import InsightDoc
+    from amb_dspy.task.checkpoint import read_checkpoint, write_checkpoint
+    from amb_dspy.task.state import RunState
     from amb_dspy.tool_failures import tool_termination
 
     store = MemoryStore(embedder, InsightDoc(task_goal=GOAL))

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from amb_dspy.errors import UserError
 from amb_dspy.files import PRIVATE_MODE, write_atomically
+from amb_dspy.notices import Notify, notice
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc, legacy_pending
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
@@ -59,9 +60,38 @@ class BankFile(BaseModel):
 
 
 def dump_bank(path: str | Path, insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree,
-              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = ()) -> Path:
-    """Write the bank atomically (a temporary file renamed into place)."""
-    return write_json_atomically(path, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
+              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = (),
+              notify: Notify = notice) -> Path:
+    """Write the bank atomically (a temporary file renamed into place); returns the path written.
+
+    A bank file is replaced only by a bank holding at least as many nodes and entries (a run stopped
+    early by Ctrl-C must not turn the last good export into an empty one); a smaller bank goes to a new
+    name beside it (:func:`export_target`), with a notice."""
+    target = export_target(Path(path), len(graph.nodes_dict), len(tree.entries), notify)
+    return write_json_atomically(target, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
+
+
+def _bank_size(path: Path) -> tuple[int, int] | None:
+    """(nodes, entries) of the bank file at ``path``; ``None`` when there is none or it is no bank."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return len(raw["query_graph"]["nodes"]), len(raw["interaction_tree"]["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def export_target(path: Path, nodes: int, entries: int, notify: Notify = notice) -> Path:
+    """``path``, unless the bank file there holds more nodes or entries than the bank to be written:
+    then the first free ``<stem>.<n><suffix>`` beside it, and a notice saying so."""
+    old = _bank_size(path)
+    if old is None or (nodes >= old[0] and entries >= old[1]):
+        return path
+    number = 1
+    while (target := path.with_name(f"{path.stem}.{number}{path.suffix}")).exists():
+        number += 1
+    notify(f"{path} holds a larger bank ({old[0]} nodes, {old[1]} entries) than this one ({nodes} nodes, "
+           f"{entries} entries): kept it and wrote {target}")
+    return target
 
 
 def bank_payload(insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree, embedding_dim: int,

@@ -276,8 +276,7 @@ class TaskSession(TaskMemory):
     def export(self, path: str | Path | None = None) -> Path:
         """Write the task's bank file (default ``STORAGE_DIR/sessions/<task id>.json``); returns its path."""
         path = Path(path) if path else self.config.storage_dir / "sessions" / f"{self.task_id}.json"
-        self.store.export(path)
-        return path
+        return self.store.export(path)  # another name when a larger bank is there (storage.bank_file)
 
     @serial
     def close(self, remember: bool | None = None) -> dict[str, Any]:

@@ -91,7 +91,13 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
     size = path.stat().st_size
     if size > max_bytes:
         raise InputError(f"context file {path}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
-    data = path.read_bytes()
+    try:  # read at most max_bytes + 1: a /proc file says size 0 and may hold more
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:  # /proc/self/mem, a file on a failing disk, a permission denied
+        raise InputError(f"context file {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise InputError(f"context file {path}: over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
     if is_binary(data):
         raise InputError(f"context file {path}: binary data, not text")
     try:
