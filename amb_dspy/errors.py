@@ -12,6 +12,15 @@ def one_line(error: BaseException | str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def invalid_setting(error) -> str:
+    """One line for a setting pydantic refused (a ``pydantic.ValidationError``): which setting, the value
+    given and what it takes, without pydantic's multi-line text and its documentation URL."""
+    first = error.errors()[0]
+    name = ".".join(str(part) for part in first["loc"]) or "settings"
+    flag, variable = f"--{name.replace('_', '-')}", f"AMB_{name.upper()}"
+    return f"bad setting {name}={first.get('input')!r} ({flag} or {variable}): {first['msg']}"
+
+
 class InputError(ValueError):
     """User input that cannot be used; the message is one line saying why."""
 
