@@ -231,3 +231,21 @@ def test_print_config_for_an_unknown_client_is_one_line_and_exit_2():
 
     result = CliRunner().invoke(app, ["serve", "--print-config", "vscode"])
     assert result.exit_code == 2 and result.stderr.strip().startswith("error: --print-config takes claude or cursor")
+
+
+def test_a_server_config_with_the_heuristic_policy_loads_no_model_and_says_no_lm_notice(tmp_path):
+    """What `amb serve --policy heuristic` builds, then a task observed: tokens are counted with the embedded
+    model's vocabulary alone, and the model itself (weights, context) is never loaded."""
+    code = """if True:
+        from amb_dspy.bank import MemoryBank
+        from amb_dspy.lm import llama_models
+        from amb_dspy.lm.specs import checked_config
+        session = MemoryBank(checked_config(policy="heuristic")).start_session("Which river flows through Marrowick?")
+        session.observe("search", {"query": "Marrowick"}, "The River Sennet flows through Marrowick, a port city.")
+        assert "Sennet" in session.context(), session.context()
+        print("models loaded:", len(llama_models._llamas))
+    """
+    env = {k: v for k, v in _env(tmp_path).items() if k not in ("AMB_LM", "OPENAI_API_KEY", "DEEPSEEK_API_KEY")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "models loaded: 0"
