@@ -82,10 +82,16 @@ def test_a_bad_setting_fails_before_any_work_in_one_line_with_exit_2(tmp_path, m
     assert not out.exists() and not (tmp_path / "storage").exists()  # nothing was done
 
 
-def test_a_bad_setting_from_the_environment_is_named_too(monkeypatch):
-    monkeypatch.setenv("AMB_POLICY", "bogus")
+@pytest.mark.parametrize("variable, value, expected", [
+    ("AMB_POLICY", "bogus", "AMB_POLICY"),
+    ("AMB_AGENT_LMS", '{"planning": "nosuchprovider/m"}', "unknown LM provider 'nosuchprovider'"),
+    ("AMB_AGENT_LMS", "{not json", 'field "agent_lms"'),
+])
+def test_a_bad_setting_from_the_environment_is_named_too(monkeypatch, variable, value, expected):
+    monkeypatch.setenv(variable, value)
     result = CliRunner().invoke(app, ["run", "q"])
-    assert result.exit_code == 2 and "AMB_POLICY" in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1 and expected in lines[0], result.stderr
 
 
 def test_storage_defaults_to_the_per_user_data_folder_and_a_named_path_stays_relative(monkeypatch):

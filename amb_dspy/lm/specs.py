@@ -97,6 +97,7 @@ def checked_config(**overrides) -> AmbConfig:
     before any work: a value a setting does not take (``--policy bogus``) or an LM whose provider LiteLLM does not
     know raises :class:`~amb_dspy.errors.ConfigError` with one line."""
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
     from amb_dspy.config import AmbConfig
 
@@ -106,6 +107,8 @@ def checked_config(**overrides) -> AmbConfig:
             check_provider(spec)
     except ValidationError as exc:
         raise ConfigError(invalid_setting(exc)) from None
+    except SettingsError as exc:  # an AMB_* variable that is not even parseable (bad JSON for a mapping)
+        raise ConfigError(f"{one_line(exc)}: {one_line(exc.__cause__ or '')}".rstrip(": ")) from None
     except LMConfigError as exc:
         raise ConfigError(one_line(exc)) from None
     return config
