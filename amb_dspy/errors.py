@@ -24,6 +24,15 @@ def one_line(error: BaseException | str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def invalid_setting(error) -> str:
+    """One line for a setting pydantic refused (a ``pydantic.ValidationError``): which setting, the value
+    given and what it takes, without pydantic's multi-line text and its documentation URL."""
+    first = error.errors()[0]
+    name = str(first["loc"][-1]) if first["loc"] else "settings"  # a section's field: its flat name
+    flag, variable = f"--{name.replace('_', '-')}", f"AMB_{name.upper()}"
+    return f"bad setting {name}={first.get('input')!r} ({flag} or {variable}): {first['msg']}"
+
+
 class AmbError(Exception):
     """The root of every exception class amb_dspy defines."""
 

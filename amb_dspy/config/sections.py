@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from platformdirs import user_data_dir
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -180,8 +181,8 @@ class LongTermSettings(Section):
 class PathSettings(Section):
     """Where the bank keeps its files."""
 
-    storage_dir: Path = Path("data/storage")
+    storage_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "storage")  # AMB_STORAGE_DIR
     checkpoint_dir: Path | None = Field(None, description="write a checkpoint here after every loop (amb run --resume)")
-    temp_dir: Path = Path("data/temp")
+    temp_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "temp")  # AMB_TEMP_DIR
     cache_dir: Path = Field(default_factory=lambda: user_cache_dir() / "amb-dspy",
                             description="the exported ONNX embedding model and corpus indexes (AMB_CACHE_DIR)")

@@ -10,7 +10,7 @@ import dspy
 from amb_dspy.config.environment import provider_api_key
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
-from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX
+from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX, check_provider
 
 if TYPE_CHECKING:
     from amb_dspy.config import AmbConfig, ModelSettings
@@ -51,6 +51,7 @@ def _python_lm(target: str) -> dspy.BaseLM:
 
 
 def _hosted_lm(spec: str, models: ModelSettings) -> dspy.LM:
+    check_provider(spec)
     kwargs: dict[str, Any] = {}
     api_key = models.llm_api_key
     if not api_key and spec.startswith("deepseek/"):

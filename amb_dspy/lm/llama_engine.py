@@ -105,7 +105,7 @@ class LlamaCppEngine:
         return llama_models.load_llama(str(self.path), self.n_ctx, self.n_threads, self.seed)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return llama_models.count_tokens(str(self.path), text)  # no model loaded just to count
 
     def complete(self, request: lm15.Request) -> lm15.Response:
         validate_request(request)
