@@ -21,10 +21,9 @@ import unicodedata
 from typing import NamedTuple
 
 from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.text import is_word
 from amb_dspy.tools.text import select_for_goal
 
-# A word: letters (any script), with inner apostrophes, hyphens or dots ("don't", "well-known", "U.S").
-_WORD = re.compile(r"[^\W\d_]+(?:['\u2019.\-][^\W\d_]+)*")
 # A number as prose writes it: 1962, 3.5, 1,000, 12:30, 2024-05-01, 7th.
 _NUMBER = re.compile(r"\d+(?:[.,:/\-]\d+)*(?:st|nd|rd|th|s|%)?")
 _EDGES = string.punctuation + "\u2018\u2019\u201c\u201d\u00ab\u00bb\u2013\u2014\u2026"
@@ -58,7 +57,7 @@ def _is_word(token: str) -> bool:
     core = token.strip(_EDGES)
     if not core or (len(core) > MAX_ASCII_WORD and core.isascii()):
         return False
-    if core.isalpha() or _WORD.fullmatch(core) or _NUMBER.fullmatch(core):  # isalpha: most words, fast
+    if core.isalpha() or is_word(core) or _NUMBER.fullmatch(core):  # isalpha: most words, fast
         return True
     return not core.isascii() and _written_run(core)
 

@@ -94,7 +94,7 @@ def ends_clause(text: str) -> bool:
     return bool(_CLAUSE_END.search(text))
 
 
-WordForm = Literal["token", "contraction", "term"]
+WordForm = Literal["token", "contraction", "term", "written"]
 _WORDS: dict[str, re.Pattern[str]] = {
     # runs of letters and digits: the keyword index's tokens ("U.S." -> "U", "S")
     "token": re.compile(r"[^\W_]+"),
@@ -102,12 +102,19 @@ _WORDS: dict[str, re.Pattern[str]] = {
     "contraction": re.compile(r"[^\W_]+(?:['’][^\W_]+)*"),
     # a letter, then three or more word characters, apostrophes or hyphens ("well-known"): a keyword candidate
     "term": re.compile(r"[^\W\d_][\w'-]{3,}"),
+    # letters joined by apostrophes, dots or hyphens, no digits ("U.S.", "well-known"): a word of prose
+    "written": re.compile(r"[^\W\d_]+(?:['\u2019.\-][^\W\d_]+)*"),
 }
 
 
 def words(text: str, form: WordForm = "token") -> list[str]:
     """The words of ``text`` in order, as written, cut as ``form`` says (see :data:`_WORDS`)."""
     return _WORDS[form].findall(text)
+
+
+def is_word(text: str, form: WordForm = "written") -> bool:
+    """Whether the whole of ``text`` is one word as ``form`` cuts them."""
+    return _WORDS[form].fullmatch(text) is not None
 
 
 def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:

@@ -39,6 +39,7 @@ SETTINGS = [
     ("visit_max_chars", "1000", 1000, "tools"),
     ("allow_private_urls", "1", True, "tools"),
     ("max_observation_chars", "900", 900, "tools"),
+    ("max_convert_chars", "900", 900, "tools"),
     ("corpus_cache", "0", False, "tools"),
     ("react_max_iters", "2", 2, "executor"),
     ("max_context_tokens", "9000", 9000, "executor"),
