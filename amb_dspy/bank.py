@@ -25,7 +25,6 @@ from amb_dspy.answering import EXTRACTIVE_TERMINATION
 from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, read_tool_record, write_checkpoint
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
-from amb_dspy.dates import resolve_dates
 from amb_dspy.errors import InputError
 from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
@@ -240,24 +239,30 @@ class MemoryBank(LoopPhases):
             seconds=round(time.monotonic() - started, 3),
         )
 
-    def ingest(self, context: str, name: str = "context") -> IngestResult:
+    def ingest(self, context: str, name: str = "context", *, into: MemoryStore | None = None,
+               date: str = "") -> IngestResult:
         """Memory conversion of ``context`` alone (classification -> structure -> nodes -> analysis): no
-        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``."""
+        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``.
+
+        ``into``: a store to add the document to (``bank.store`` after an earlier ingest, or
+        ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
+        The document is its own entry, named ``name`` and dated ``date`` when given; a document the store
+        already holds (the same text) adds nothing (``added`` False)."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
             raise InputError("nothing to ingest: the context is empty")
-        state = self._begin(MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}")))
+        state = self._begin(into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}")))
+        added = True
         with self.meter.counting():
             try:
-                # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates)
-                self.memory.convert(state, context, {"source": "user_context", "name": name,
-                                                     "dates": [list(d) for d in resolve_dates(context)]})
+                added = self.memory.add_document(state, context, name, date) is not None
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
-        self._emit("done", state, "ingested")
+        self._emit("done", state, "ingested" if added else "unchanged: already in the bank")
         return IngestResult(nodes=len(self.store.graph), edges=self.store.graph.edge_count, usage=self.meter.usage(),
-                            fallbacks=dict(state.fallbacks), errors=state.errors, seconds=round(time.monotonic() - started, 3))
+                            fallbacks=dict(state.fallbacks), errors=state.errors, seconds=round(time.monotonic() - started, 3),
+                            added=added)
 
     def _checked_context(self, context: str) -> str:
         context = context or ""
