@@ -9,7 +9,7 @@ view's ``<memory>`` block at 1,000 tokens (what ``memory_context`` returns) p50 
 HotpotQA questions of the items in the bank (and the first block after the step, which lays out the new
 lines), the evidence recall of that block and of a flat hybrid index over all the items' sentences at the same
 budget (``bench/memory_recall.py``'s measures), the seconds to open the exported bank, its bytes, and the
-process's RSS. Then, unless ``--no-sessions``: LoCoMo conversations ingested in one go against session by
+process's RSS. First, unless ``--no-sessions``: LoCoMo conversations ingested in one go against session by
 session, evidence recall at 1,000 tokens of each. Last line: one JSON object.
 
     python bench/growth.py [--hotpotqa PATH]... [--locomo PATH]... [--sizes 16000,64000,...] [--questions 60]
@@ -270,11 +270,11 @@ def main() -> None:
         config = AmbConfig(policy="heuristic", storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
                            lm_threads=1)
         started = time.monotonic()
-        rows, notes = grow(pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions,
-                           config, embedder, Path(work), args.max_step_seconds)
         compared = [] if args.no_sessions else [sessionwise(path, config, embedder) for path in locomo]
         for row in compared:
             print(" ".join(f"{key}={value}" for key, value in row.items()), flush=True)
+        rows, notes = grow(pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions,
+                           config, embedder, Path(work), args.max_step_seconds)
     print(json.dumps({"sizes": rows, **notes, "sessionwise": compared, "load": os.getloadavg()[0],
                       "seconds": round(time.monotonic() - started)}))
 

@@ -37,6 +37,16 @@ line that shares only a bridge name with the first still ranks. Besides:
   (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push out every
   line that plain retrieval would have shown.
 
+A question's cost follows the question, not the bank: only *candidate* lines are scored and ranked
+(``MemoryView._candidates``): the ``candidates`` best lines by their own score (the lines' BM25 and FAISS
+indexes, :meth:`~amb_dspy.retrieval.hybrid.HybridIndex.rank`), the lines just before and after them, the
+``candidates`` lines the spreading reaches most, the lines of the ``k`` best nodes and of their one hop, and the
+lines under a heading that a seed line names -- every line that any term of the sum can lift near the top.
+Their scores are exact (:meth:`~amb_dspy.retrieval.hybrid.HybridIndex.scores_of`), so the block is the one a
+ranking of every line would give wherever the budget is spent within the candidates (``tests/test_bank_grows.py``
+checks it on a real bank). The lines are laid out and indexed as nodes arrive
+(:class:`~amb_dspy.memory_view.line_index.LineIndex`); the summary view still ranks every line.
+
 The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
 their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
