@@ -162,6 +162,7 @@ class MemoryView:
         self.other_weight, self.bridge_weight = other_weight, bridge_weight
         self.candidates = candidates
         self.line_index = LineIndex(store, self.count, line_tokens)
+        self._short: tuple = (None, {})  # (the store's revision, the nodes' short ids)
         self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
         # (entry id, start, end) -> the line as shown, and (its stamp, its cost without, the stamp's cost)
         self._dated: dict[tuple[str, int, int], str] = {}
@@ -329,7 +330,7 @@ class MemoryView:
         for line in self.ranked_evidence(query, every_line=True) if ranked else []:
             lines_by_node.setdefault(line.node_id, []).append(line)
         parts, whole, shown_lines, used = [], [], [], 0
-        short = short_ids(list(self.store.graph.nodes_dict))
+        short = self._short_ids()
         for node in ranked:
             number, node_id = len(parts) + 1, short[node.id]
             text = format_node(node, number, node_id)
@@ -352,10 +353,17 @@ class MemoryView:
             used += self.count(text) + 2 + id_cost
         return "\n\n".join(parts), whole, shown_lines
 
+    def _short_ids(self) -> dict[str, str]:
+        """:func:`short_ids` of the store's nodes, worked out once per change of the store."""
+        revision = (self.store.revision, len(self.store.graph))
+        if self._short[0] != revision:
+            self._short = (revision, short_ids(list(self.store.graph.nodes_dict)))
+        return self._short[1]
+
     def evidence_block(self, query: str, budget: int) -> tuple[str, list[Evidence]]:
         """Raw source lines in rank order, as many as fit in ``budget`` tokens, grouped under a header per node
         (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
-        short = short_ids(list(self.store.graph.nodes_dict))
+        short = self._short_ids()
         ranked = self.ranked_evidence(query)
         shown = self._fill(ranked, budget, functools.cache(lambda node_id: _header_cost(short[node_id], self.count)))
         while True:
