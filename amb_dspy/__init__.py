@@ -6,15 +6,26 @@ them, never here, so ``import amb_dspy`` and ``amb --help`` stay fast.
 
 __version__ = "0.1.0"
 
-import os as _os
+from amb_dspy.config.environment import prefer_passive_openmp as _prefer_passive_openmp
 
-# llama.cpp's and torch's OpenMP threads otherwise spin-wait between calls, which on 2 shared cores made
-# a 60-token local generation take 60 s instead of 6 s. It must be set before torch is imported.
-_os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+_prefer_passive_openmp()  # before torch or llama.cpp is imported
 
 
 def __getattr__(name: str):
-    # amb_dspy.load_agents and amb_dspy.MemoryBankQA without importing DSPy at `import amb_dspy` (see amb_dspy.compiled).
+    # amb_dspy.MemoryBank, TaskSession, AmbConfig, MemoryBankQA and load_agents without importing DSPy at
+    # `import amb_dspy`: each is imported on first use.
+    if name == "AmbConfig":
+        from amb_dspy.config import AmbConfig
+
+        return AmbConfig
+    if name == "MemoryBank":
+        from amb_dspy.bank import MemoryBank
+
+        return MemoryBank
+    if name == "TaskSession":
+        from amb_dspy.task.session import TaskSession
+
+        return TaskSession
     if name == "load_agents":
         from amb_dspy.compiled import load_agents
 

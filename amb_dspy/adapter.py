@@ -3,37 +3,31 @@ task kinds, nothing else.
 
 * ``enhance_prompt`` writes ``<task>`` (the Insight Doc) and ``<memory>`` (nodes retrieved by hybrid
   search for the pending task) into the executor's prompt, spec §6.3.
-* ``intercept_context`` tells what the executed task was: NORMAL, CROSS_VALIDATE or IMAGE.
+* ``intercept_context`` tells what the executed task was: NORMAL, CROSS_VALIDATE or IMAGE (a
+  :class:`~amb_dspy.storage.TaskKind`, read from the typed pending task, never from its text).
 * The texts the memory agents are given about an execution (its tool responses, a cross-validation,
   an image recognition) and the recognition task's wording are written here too.
 
-Staging image files lives in :mod:`amb_dspy.images`.
+Staging image files lives in :mod:`amb_dspy.task.images`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import Enum
 
 from amb_dspy.errors import InputError
 from amb_dspy.executor import ExecutionResult, ToolCall
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.memory_view import MemoryView
-from amb_dspy.storage import InsightDoc, QueryGraphNode
+from amb_dspy.storage import InsightDoc, PendingTask, QueryGraphNode, TaskKind
 
-IMAGE_TASK_PREFIX = "Recognise the attached image"
+IMAGE_TASK_PREFIX = "Recognise the attached image"  # the wording; the kind is the task's own
 NO_MEMORY = "No related memory yet."
 
 __all__ = [
-    "IMAGE_TASK_PREFIX", "NO_MEMORY", "InputError", "MemoryAdapter", "TaskKind", "format_memory", "format_task",
+    "IMAGE_TASK_PREFIX", "NO_MEMORY", "InputError", "MemoryAdapter", "format_memory", "format_task",
     "image_task", "knowledge_text", "recognition_text", "validation_text",
 ]
-
-
-class TaskKind(str, Enum):
-    NORMAL = "NORMAL"
-    CROSS_VALIDATE = "CROSS_VALIDATE"
-    IMAGE = "IMAGE"
 
 
 def format_memory(nodes: list[QueryGraphNode]) -> str:
@@ -66,11 +60,12 @@ def format_task(doc: InsightDoc, already_fetched: Sequence[str] = ()) -> str:
     return "\n".join(lines)
 
 
-def image_task(image_names: Sequence[str]) -> str | None:
+def image_task(image_names: Sequence[str]) -> PendingTask | None:
     """The pending task that schedules the recognition of the staged images (None when there are none)."""
     if not image_names:
         return None
-    return f"{IMAGE_TASK_PREFIX}s ({', '.join(image_names)}) and describe what they show that bears on the goal"
+    return PendingTask(kind=TaskKind.IMAGE, description=f"{IMAGE_TASK_PREFIX}s ({', '.join(image_names)}) and "
+                                                        "describe what they show that bears on the goal")
 
 
 def knowledge_text(calls: Sequence[ToolCall]) -> str:
@@ -127,9 +122,9 @@ class MemoryAdapter:
     def intercept_context(self, doc: InsightDoc, *, cross_validation: bool, images_staged: bool = False) -> TaskKind:
         """What kind of task was just executed; ``cross_validation`` says a conflict was being checked,
         ``images_staged`` that the task's images still wait for recognition."""
-        task = doc.current_task or ""
+        task = doc.pending_task
         if cross_validation:
             return TaskKind.CROSS_VALIDATE
-        if task.startswith(IMAGE_TASK_PREFIX) and images_staged:
+        if task is not None and task.kind is TaskKind.IMAGE and images_staged:
             return TaskKind.IMAGE
         return TaskKind.NORMAL

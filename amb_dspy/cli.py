@@ -6,13 +6,17 @@ Heavy libraries (DSPy, torch, FAISS, sentence-transformers) are imported inside 
 
 from __future__ import annotations
 
-import os
+import contextlib
+import signal
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import typer
 
-from amb_dspy.errors import one_line
+from amb_dspy.config.environment import debug_enabled
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
@@ -24,20 +28,53 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    """Errors that mean bad input or configuration: reported in one line, without a traceback."""
-    from amb_dspy.errors import ConfigError, InputError
-    from amb_dspy.retrieval.embedding import EmbeddingError
-    from amb_dspy.storage.bank_file import BankFileError
+def _settings(**overrides):
+    """The command's configuration (its flags over ``AMB_*`` settings), or exit 2 in one line before any work
+    (see :func:`amb_dspy.lm.specs.checked_config`)."""
+    from amb_dspy.errors import ConfigError
+    from amb_dspy.lm.specs import checked_config
 
-    errors: list[type[BaseException]] = [InputError, ConfigError, BankFileError, EmbeddingError, FileNotFoundError]
-    for module, name in (("amb_dspy.compiled", "CompiledError"), ("amb_dspy.lm", "LMConfigError"),
-                         ("amb_dspy.tools.corpus", "CorpusError"), ("amb_dspy.view", "ViewError")):
-        try:
-            errors.append(getattr(__import__(module, fromlist=[name]), name))
-        except (ImportError, AttributeError):
-            pass
-    return tuple(errors)
+    try:
+        return checked_config(**overrides)
+    except ConfigError as exc:
+        _fail(one_line(exc), code=2)
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, a service manager's stop, a CI timeout) ends the block as Ctrl-C does, so the
+    command can say what memory it kept and write it; the previous handler is restored after."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _progress(console, status):
+    """The display of a run's or an ingest's progress events on stderr: the status line on a terminal,
+    one plain line per step in a log file or CI; notices and checkpoints are always printed."""
+
+    def show(event) -> None:
+        if event.phase == "notice":  # said once, whatever the display
+            console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
+            return
+        if event.phase == "checkpoint":
+            console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
+                          "this run if it stops)", highlight=False, soft_wrap=True)
+            return
+        line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
+                f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
+                + (f" | {event.message[:60]}" if event.message else ""))
+        if console.is_terminal:
+            status.update(line)
+        else:
+            console.print(line, highlight=False, soft_wrap=True)
+
+    return show
 
 
 @app.command()
@@ -72,19 +109,14 @@ def run(
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
 
-    from amb_dspy.config import AmbConfig
-
     console = Console(stderr=True)
-    overrides = {k: v for k, v in {"lm": lm, "corpus": corpus, "max_loops": max_loops, "policy": policy,
-                                   "recall": recall, "namespace": namespace}.items() if v is not None}
-    overrides.update({k: True for k, v in {"remember": remember, "redact": redact}.items() if v})
-    overrides.update({"fast_path": False} if no_fast else {})
+    config = _settings(lm=lm, corpus=corpus, max_loops=max_loops, policy=policy, recall=recall, namespace=namespace,
+                       remember=remember or None, redact=redact or None, fast_path=False if no_fast else None)
     bank = None
     try:
         from amb_dspy.view.trace import TraceWriter, fan_out
 
         trace_writer = TraceWriter(trace) if trace else None
-        config = AmbConfig(**overrides)
         if resume is None:
             folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
             config = config.model_copy(update={"checkpoint_dir": folder})
@@ -92,25 +124,8 @@ def run(
         from amb_dspy.storage import Hop, hop_summary
 
         context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
-        with console.status("loading the memory bank...") as status:
-
-            def show(event) -> None:
-                if event.phase == "notice":  # said once, whatever the display
-                    console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
-                    return
-                if event.phase == "checkpoint":
-                    console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
-                                  "this run if it stops)", highlight=False, soft_wrap=True)
-                    return
-                line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
-                        f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
-                        + (f" | {event.message[:60]}" if event.message else ""))
-                if console.is_terminal:
-                    status.update(line)
-                else:  # a log file or CI: one plain line per step
-                    console.print(line, highlight=False, soft_wrap=True)
-
-            bank = MemoryBank(config, compiled=compiled, progress=fan_out(show, trace_writer))
+        with _sigterm_as_interrupt(), console.status("loading the memory bank...") as status:
+            bank = MemoryBank(config, compiled=compiled, progress=fan_out(_progress(console, status), trace_writer))
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
             if resume is not None:
@@ -119,10 +134,10 @@ def run(
                 result = bank.run(task or "", context=context, images=list(image), bank=bank_file)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, export), code=130)
-    except _expected_errors() as exc:
+    except UserError as exc:  # what the user can fix: one line, no traceback
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
-        if os.environ.get("AMB_DEBUG"):
+        if debug_enabled():
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
     for agent in sorted({*result.usage, *result.fallbacks}):
@@ -160,16 +175,21 @@ def ingest(
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
 ) -> None:
     """Turn a long text into a bank once (no planning, no executor); then ask it many questions with `amb run --bank`."""
-    from amb_dspy.config import AmbConfig
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    config = _settings(lm=lm, policy=policy)
+    bank = None
 
     def call() -> None:
+        nonlocal bank
         from amb_dspy.bank import MemoryBank, read_context_file
 
-        config = AmbConfig(**{k: v for k, v in {"lm": lm, "policy": policy}.items() if v})
-        bank = MemoryBank(config, compiled=compiled)
-        if bank.notice:
-            typer.echo(bank.notice, err=True)
-        result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
+        with console.status("loading the memory bank...") as status:
+            bank = MemoryBank(config, compiled=compiled, progress=_progress(console, status))
+            if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM at ingest
+                console.print(f"[yellow]{bank.notice}[/]")
+            result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
         _export(bank, export)
         calls = sum(u["calls"] for u in result.usage.values())
         tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
@@ -179,7 +199,11 @@ def ingest(
         typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
                    f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {export}")
 
-    _run_command(call)
+    try:
+        with _sigterm_as_interrupt():
+            _run_command(call)
+    except KeyboardInterrupt:
+        _fail(_interrupted(bank, export), code=130)
 
 
 def _export(bank, path: Path) -> None:
@@ -194,9 +218,9 @@ def _export(bank, path: Path) -> None:
 
 def _interrupted(bank, export: Path | None) -> str:
     """What an interrupted run kept: the memory built so far, exported when --export was given."""
-    if bank is None or bank.memory is None:
+    if bank is None or bank.session is None:
         return "interrupted before the run started: nothing was kept"
-    kept = f"interrupted: memory kept {len(bank.store.graph)} nodes and {len(bank.store.tree)} entries"
+    kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
     _export(bank, export)
@@ -213,25 +237,22 @@ def show_bank(
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
     from rich.console import Console
 
-    from amb_dspy.storage.bank_file import BankFileError
-    from amb_dspy.view import ViewError, show
+    from amb_dspy.view import show
 
     try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
         show(Console(), bank=bank, node=node, html=html, trace=trace)
-    except (BankFileError, ViewError, OSError) as exc:
+    except (UserError, OSError) as exc:
         _fail(one_line(exc))
 
 
 def _run_command(call) -> None:
     """Run a command body; known errors and anything unexpected end in one line and a non-zero exit."""
-    from optimize.commands import expected_errors
-
     try:
         call()
-    except (*_expected_errors(), *expected_errors()) as exc:
+    except UserError as exc:
         _fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
-        if os.environ.get("AMB_DEBUG"):
+        if debug_enabled():
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
 
@@ -248,12 +269,11 @@ def optimize(
     num_threads: int = typer.Option(1, "--num-threads", min=1, help="examples scored at once, and MIPROv2's and GEPA's threads (hosted LMs)"),
 ) -> None:
     """Compile an agent's prompts on HotpotQA, score them before and after on held-out questions, and save them."""
-    from amb_dspy.config import AmbConfig
     from optimize.commands import optimize_command
 
+    config = _settings(lm=lm)
     _run_command(lambda: optimize_command(agent=agent, train=train, optimizer=optimizer, n=n, out=out, lm=lm,
-                                          teacher_lm=teacher_lm, num_threads=num_threads,
-                                          config=AmbConfig(**({"lm": lm} if lm else {}))))
+                                          teacher_lm=teacher_lm, num_threads=num_threads, config=config))
 
 
 @app.command("eval")
@@ -269,13 +289,11 @@ def evaluate(
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic or auto (the memory agents' policy, bank mode)"),
 ) -> None:
     """Answer HotpotQA or LoCoMo questions and print per-question and mean scores, LM calls, tokens and seconds; the last line is JSON."""
-    from amb_dspy.config import AmbConfig
     from optimize.commands import eval_command
 
-    settings = {**({"lm": lm} if lm else {}), **({"policy": policy} if policy else {})}
+    config = _settings(lm=lm, policy=policy)
     _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
-                                      judge_lm=judge_lm, num_threads=num_threads, config=AmbConfig(**settings),
-                                      echo=typer.echo))
+                                      judge_lm=judge_lm, num_threads=num_threads, config=config, echo=typer.echo))
 
 
 # --- amb memory: long-term memory across tasks ----------------------------------------------------------
@@ -289,11 +307,11 @@ _KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, prefere
 def _memory(command: str, **arguments) -> None:
     """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
     from amb_dspy.config import AmbConfig
-    from amb_dspy.longterm import LongTermError, commands
+    from amb_dspy.longterm import commands
 
     try:
         lines = getattr(commands, command)(AmbConfig(), **arguments)
-    except (LongTermError, *_expected_errors()) as exc:
+    except UserError as exc:
         _fail(one_line(exc))
     for line in lines:
         typer.echo(line)

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from amb_dspy.compiled_state import checked_state
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.files import PRIVATE_MODE, new_temp_beside, replace_with
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ MANIFEST_FILE = "manifest.json"
 MAX_STATE_BYTES = 20_000_000  # a state file is instructions and a few demos; far less than this
 
 
-class CompiledError(Exception):
+class CompiledError(UserError):
     """A compiled-programs directory cannot be used as asked; the message is one line."""
 
 
@@ -103,7 +103,7 @@ def read_manifest(directory: str | Path) -> Manifest:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CompiledError(f"{path}: unreadable ({one_line(exc, 200)})") from None
     version = raw.get("schema_version") if isinstance(raw, dict) else None
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # JSON's true equals 1 in Python
         raise CompiledError(
             f"{path}: schema version {version!r}, but this amb-dspy reads version {SCHEMA_VERSION}; recompile with `amb optimize`"
         )

@@ -15,6 +15,7 @@ from typing import Any
 
 import dspy
 
+from amb_dspy.errors import one_line
 from amb_dspy.tools.observation import full_text
 
 # Tools whose responses are not new knowledge: reading memory back, and ReAct's own finish call.
@@ -84,7 +85,12 @@ def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
     func = tool.func
 
     def call(**kwargs: Any) -> Any:
-        observation = func(**kwargs)
+        try:
+            observation = func(**kwargs)
+        except Exception as exc:  # ReAct shows the LM the error; the run counts it (amb_dspy.tool_failures)
+            calls.append(ToolCall(name=tool.name, args=dict(kwargs),
+                                  observation=f"Execution error in {tool.name}: {type(exc).__name__}: {one_line(exc)}"))
+            raise
         calls.append(ToolCall(name=tool.name, args=dict(kwargs), observation=full_text(observation),
                               cached=bool(getattr(observation, "cached", False))))
         return observation

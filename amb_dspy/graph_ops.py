@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 
@@ -268,9 +269,10 @@ class MemoryStore:
         self.insight_doc = doc
 
     # --- export / import ---------------------------------------------------------------------
-    def export(self, path) -> None:
-        """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`)."""
-        dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+    def export(self, path) -> Path:
+        """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`); returns the path
+        written (another one when the file there holds a larger bank, with a notice)."""
+        return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
                   self.hops)
 
     @classmethod

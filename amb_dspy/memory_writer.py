@@ -2,31 +2,33 @@
 to what retrieval finds for them, and checked conflicts are merged.
 
 :class:`MemoryWriter` holds no state of its own between calls: the store is the memory, the run state
-carries the conflict queue and the errors, and every agent is called through the bank's ``call_agent``
-(which sets the agent's LM and meters it).
+carries the conflict queue and the errors, and every agent is called through the task's
+:class:`~amb_dspy.agents.runner.AgentRunner` (which decides LM or policy, sets the agent's LM and meters it).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from amb_dspy.adapter import validation_text
+from amb_dspy.adapter import knowledge_text, validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
+from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
+from amb_dspy.conversion_budget import budget_observation
 from amb_dspy.dates import resolve_dates
-from amb_dspy.executor import ExecutionResult
+from amb_dspy.executor import ExecutionResult, ToolCall
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
-from amb_dspy.run_state import MAX_VALIDATION_CHARS, Conflict, RunState
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
+from amb_dspy.task.state import MAX_VALIDATION_CHARS, Conflict, RunState
 
 
 def node_info(node: QueryGraphNode) -> NodeInfo:
     """A stored node as agents see it (no embedding; a node judged alone is shown without its id, see
-    :meth:`MemoryWriter._judge_alone`)."""
+    :meth:`MemoryWriter._alone`)."""
     return NodeInfo(id=node.id, summary=node.summary, context=node.context, keywords=list(node.keywords))
 
 
@@ -47,11 +49,10 @@ class Conversion(NamedTuple):
 class MemoryWriter:
     """Writes one run's findings into its store through the memory agents."""
 
-    def __init__(self, store: MemoryStore, config: AmbConfig, call_agent: Callable[..., Any],
-                 emit: Callable[[str, RunState], None], threads: Callable[[], int] = lambda: 1):
+    def __init__(self, store: MemoryStore, config: AmbConfig, runner: AgentRunner, emit: Callable[[str], None]):
         self.store, self.config = store, config
-        self._agent, self._emit = call_agent, emit
-        self.threads = threads  # how many structure calls may run at once
+        self.runner, self._emit = runner, emit
+        self._agent = runner.call
 
     # --- memory conversion (§4.3) ------------------------------------------------------------
     def convert(self, state: RunState, text: str, metadata: dict[str, Any],
@@ -62,7 +63,7 @@ class MemoryWriter:
         interaction entry (marked ``conversion_failed``).
         """
         goal = self.store.insight_doc.task_goal
-        self._emit("memorise", state)
+        self._emit("memorise")
         try:
             clusters = self._agent("classification", context=text, task_goal=goal).clusters
             # The structure agent packs the clusters into as few calls as its window allows.
@@ -99,6 +100,32 @@ class MemoryWriter:
             metadata["date"] = date
         return self.convert(state, text, metadata)
 
+    def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
+        """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
+        outside agents' observations alike.
+
+        Each response is read within ``config.max_convert_chars`` and without its lines that are not
+        language (:mod:`amb_dspy.conversion_budget`). When that leaves anything out, the whole text is kept
+        raw as an entry of its own, saying why (a notice of the run), and only the part read is converted,
+        into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
+        holding the whole text, so a repeated call is answered from it.
+        """
+        text = knowledge_text(calls)
+        doc = self.store.insight_doc
+        goal = f"{doc.task_goal} {doc.current_task or ''}"
+        budgeted = [budget_observation(c.observation, goal, self.config.max_convert_chars) for c in calls]
+        notice = "; ".join(dict.fromkeys(b.notice for b in budgeted if b.notice))
+        if not notice:
+            return self.convert(state, text, metadata)
+        raw = self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "kept_raw": notice}))
+        state.notices.append(f"{_calls_label(calls)}: {notice}")
+        self._emit("notice", state.notices[-1])
+        excerpt = "\n\n".join(b.text for b in budgeted if b.text)
+        if not excerpt:
+            return Conversion([], "", raw)
+        converted = self.convert(state, excerpt, {**metadata, "excerpt_of": raw.entry_id})
+        return converted._replace(entry=raw if converted.remembered is not None else converted.entry)
+
     def _analyse_new(self, state: RunState, nodes: list[QueryGraphNode]) -> str:
         """Spec §4.3 steps 4-6 for the new nodes of one conversion; returns the last failure reason, or "".
 
@@ -124,10 +151,8 @@ class MemoryWriter:
         if not found:
             return ""
         items = [(node_info(node), [node_info(c) for c in candidates]) for node, candidates in found]
-        try:
-            verdicts = self._agent("analysis", batch=items)
-        except AgentError:  # the batch answer was unusable (policy "lm"): each node is asked alone
-            verdicts = [self._judge_alone(state, node, candidates) for node, candidates in items]
+        # an unusable batch answer (policy "lm") has each node asked alone
+        verdicts = self.runner.call_batch("analysis", items, alone=lambda item: self._alone(*item))
         failure = ""
         for (node, _), verdict in zip(found, verdicts):
             if isinstance(verdict, str):
@@ -136,13 +161,10 @@ class MemoryWriter:
             self._apply(state, node, verdict)
         return failure
 
-    def _judge_alone(self, state: RunState, node: NodeInfo, candidates: list[NodeInfo]):
-        """One node's verdict in a call of its own, or the failure reason (recorded) as a string."""
-        try:
-            return self._agent("analysis", new_node=node.model_copy(update={"id": None}), candidates=candidates)
-        except AgentError as exc:
-            state.errors.append(str(exc))
-            return str(exc)
+    @staticmethod
+    def _alone(node: NodeInfo, candidates: list[NodeInfo]) -> dict[str, Any]:
+        """The inputs of one node's verdict in a call of its own (the node is shown without its id)."""
+        return {"new_node": node.model_copy(update={"id": None}), "candidates": candidates}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
         return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
@@ -161,7 +183,7 @@ class MemoryWriter:
         candidates = self._candidates(node, exclude)
         if not candidates:
             return ""
-        verdict = self._judge_alone(state, node_info(node), [node_info(c) for c in candidates])
+        verdict = self.runner.try_call("analysis", **self._alone(node_info(node), [node_info(c) for c in candidates]))
         return verdict if isinstance(verdict, str) else self._apply(state, node, verdict, round)
 
     def _apply(self, state: RunState, node: QueryGraphNode, verdict, round: int = 0) -> str:
@@ -202,7 +224,7 @@ class MemoryWriter:
                           for n in self.store.graph.get_neighbors(node_id) if n.id not in ids]
             nodes_to_merge.append(NodeWithNeighbors(id=node.id, summary=node.summary, context=node.context,
                                                     keywords=list(node.keywords), neighbors=neighbours))
-        self._emit("merge", state)
+        self._emit("merge")
         try:
             merged = self._agent("integration", nodes_to_merge=nodes_to_merge,
                                  validation_result=validation[:MAX_VALIDATION_CHARS])
@@ -229,3 +251,8 @@ class MemoryWriter:
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure
 
+
+
+def _calls_label(calls: Sequence[ToolCall]) -> str:
+    """Which tool calls a notice is about, e.g. ``search, visit``."""
+    return ", ".join(dict.fromkeys(c.name for c in calls)) or "tool response"

@@ -24,7 +24,7 @@ from amb_dspy.config import AmbConfig
 
 
 class MemoryBankQA(dspy.Module):
-    """``question, context -> answer`` through a fresh, task-scoped memory bank per call.
+    """``question, context -> answer``, each call a task of its own (fresh, task-scoped memory) on one bank.
 
     The bank runs on the LM DSPy is configured with when it is called (``dspy.configure`` /
     ``dspy.context``, so an optimizer's teacher settings reach every agent), else on the LM its config
@@ -59,13 +59,23 @@ class MemoryBankQA(dspy.Module):
         self._config = Borrowed(config.model_copy(update={"storage_dir": root / "storage", "temp_dir": root / "temp"}))
         self._embedder = Borrowed(embedder)
         self._corpus = Borrowed(corpus)
+        self._banks: Borrowed = Borrowed({})  # the banks of this module and its copies, by their agents
+
+    def _bank(self) -> MemoryBank:
+        """The bank for this module's agents, built at its first call and reused (a copy made by an
+        optimizer has agents of its own, so a bank of its own)."""
+        agents = self.agents
+        key = tuple(sorted((name, id(agent)) for name, agent in agents.items()))
+        bank = self._banks.value.get(key)
+        if bank is None or any(bank.agents.get(name) is not agent for name, agent in agents.items()):
+            bank = MemoryBank(self._config.value, agents=agents, embedder=self._embedder.value, corpus=self._corpus.value)
+            self._banks.value[key] = bank
+        return bank
 
     @property
     def agents(self) -> dict[str, dspy.Module]:
         return {**self._fixed.value, **self.trainable}
 
     def forward(self, question: str, context: str = "") -> dspy.Prediction:
-        bank = MemoryBank(self._config.value, agents=self.agents, embedder=self._embedder.value,
-                          corpus=self._corpus.value)
-        result = bank.run(task=question, context=context)
+        result = self._bank().run(task=question, context=context)
         return dspy.Prediction(answer=result.answer, termination=result.termination, errors=list(result.errors))

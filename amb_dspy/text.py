@@ -1,17 +1,44 @@
-"""Splitting text into paragraphs and sentences: the one splitter the agents' chunking and the tools share."""
+"""Splitting text into paragraphs, sentences and words: every splitter of the package lives here.
+
+Callers that need a different cut say so by a parameter (``rule``, ``form``...), so that each regular
+expression is written once and a reader finds all the ways text is cut in one file.
+"""
 
 from __future__ import annotations
 
 import re
+from typing import Literal
+
+# A blank line: two line breaks with only spaces or tabs between them.
+BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
+# The same where a line of any Unicode whitespace (no-break space, line separator...) counts as blank.
+_ANY_BLANK_LINE = re.compile(r"\n\s*\n")
+# A run of blank lines holding spaces and tabs only (the memory view's paragraphs: a CR does not blank a line).
+_BLANK_RUN = re.compile(r"\n(?:[ \t]*\n)+")
 
 
-def split_paragraphs(text: str) -> list[str]:
-    """The non-empty paragraphs of ``text`` (blank-line separated), stripped."""
-    return [p.strip() for p in re.split(r"\n[ \t\r\f\v]*\n", text) if p.strip()]
+def split_paragraphs(text: str, *, any_whitespace: bool = False) -> list[str]:
+    """The non-empty paragraphs of ``text`` (blank-line separated), stripped. ``any_whitespace``: a line of
+    any Unicode whitespace separates too, not only one of spaces and tabs (how an LM's reply is read)."""
+    blank = _ANY_BLANK_LINE if any_whitespace else BLANK_LINE
+    return [p.strip() for p in blank.split(text) if p.strip()]
 
 
-# A sentence ends after . ! ? (plus closing quotes/brackets) followed by whitespace, or after CJK full stops.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+|[\u3002\uff01\uff1f]+[\"'\u201d\u2019)\]]*\s*")
+
+def paragraph_starts(text: str) -> list[int]:
+    """Where each paragraph of ``text`` begins, 0 first: after every run of blank lines of spaces and tabs."""
+    return [0] + [match.end() for match in _BLANK_RUN.finditer(text)]
+
+
+# What may close a sentence after its stop: quotes and brackets.
+_CLOSERS = r"[\"'\u201d\u2019)\]]*"
+# A sentence ends after . ! ? (plus closers) followed by whitespace, or after CJK full stops.
+_SENTENCE_END = re.compile(rf"[.!?]+{_CLOSERS}\s+|[\u3002\uff01\uff1f]+{_CLOSERS}\s*")
+# The simpler cuts of split_sentences' other rules (see there).
+_STOP_BEFORE_CAPITAL = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
+_STOP = re.compile(r"(?<=[.!?])\s+")
+# A sentence or a clause ends the text: . ! ? ; , or a CJK stop, plus closers.
+_CLAUSE_END = re.compile(rf"[.!?;,\u3002\uff01\uff1f]{_CLOSERS}$")
 _LAST_WORD = re.compile(r"[\w.]+$")
 # Words whose period belongs to a name that goes on ("Ken St. Andre", "Dr. Watson").
 _BEFORE_NAME = frozenset({"mr", "mrs", "ms", "dr", "st", "prof", "mt", "ft", "gen", "gov", "sen", "rep", "rev", "capt",
@@ -34,9 +61,22 @@ def _abbreviation(before: str, stop: str, after: str) -> bool:
     return word.lower() in _SHORTENED and (after.islower() or after.isdigit())
 
 
-def split_sentences(text: str) -> list[str]:
-    """``text`` cut after each sentence end (not after an initial or an abbreviation: see :func:`_abbreviation`);
-    every piece keeps its trailing whitespace, so they join back losslessly."""
+SentenceRule = Literal["prose", "capital", "stop"]
+
+
+def split_sentences(text: str, *, rule: SentenceRule = "prose") -> list[str]:
+    """The non-empty sentences of ``text``, by one of three rules:
+
+    * ``prose`` (the default): after each sentence end, Latin or CJK, but not after an initial or an
+      abbreviation (see :func:`_abbreviation`); every piece keeps its trailing whitespace, so the pieces
+      join back losslessly (what chunking needs);
+    * ``capital``: at the whitespace after . ! ? when a capital letter or a digit follows (perhaps after an
+      opening quote or bracket), the whitespace dropped: "U.S. law" stays whole often enough (statements);
+    * ``stop``: at the whitespace after every . ! ?, the whitespace dropped (a first sentence, quickly).
+    """
+    if rule != "prose":
+        cut = _STOP_BEFORE_CAPITAL if rule == "capital" else _STOP
+        return [piece for piece in cut.split(text) if piece]
     pieces, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         # the next character alone: slicing the rest of the text at every sentence end was quadratic
@@ -46,6 +86,35 @@ def split_sentences(text: str) -> list[str]:
             start = match.end()
     pieces.append(text[start:])
     return [p for p in pieces if p]
+
+
+def ends_clause(text: str) -> bool:
+    """Whether ``text`` ends a sentence or a clause: its last character, closers aside, is . ! ? ; , or a
+    CJK stop (a short line without one is a heading or a speaker's name, not prose)."""
+    return bool(_CLAUSE_END.search(text))
+
+
+WordForm = Literal["token", "contraction", "term", "written"]
+_WORDS: dict[str, re.Pattern[str]] = {
+    # runs of letters and digits: the keyword index's tokens ("U.S." -> "U", "S")
+    "token": re.compile(r"[^\W_]+"),
+    # tokens joined by apostrophes, so that "don't" and "O'Neill" stay one word
+    "contraction": re.compile(r"[^\W_]+(?:['’][^\W_]+)*"),
+    # a letter, then three or more word characters, apostrophes or hyphens ("well-known"): a keyword candidate
+    "term": re.compile(r"[^\W\d_][\w'-]{3,}"),
+    # letters joined by apostrophes, dots or hyphens, no digits ("U.S.", "well-known"): a word of prose
+    "written": re.compile(r"[^\W\d_]+(?:['\u2019.\-][^\W\d_]+)*"),
+}
+
+
+def words(text: str, form: WordForm = "token") -> list[str]:
+    """The words of ``text`` in order, as written, cut as ``form`` says (see :data:`_WORDS`)."""
+    return _WORDS[form].findall(text)
+
+
+def is_word(text: str, form: WordForm = "written") -> bool:
+    """Whether the whole of ``text`` is one word as ``form`` cuts them."""
+    return _WORDS[form].fullmatch(text) is not None
 
 
 def locate(text: str, pieces: list[str]) -> list[tuple[int, int]]:

@@ -6,7 +6,7 @@ as a repeat naming the node(s) it became, and it is not converted to memory agai
 remembered. The executor's ``<task>`` lists what was already fetched, so it can plan around it.
 
 An agent outside the built-in loop hands its tool results over after the fact (:meth:`ToolCache.observed`,
-used by :class:`~amb_dspy.session.TaskSession`): a result already observed, same call and same text, is
+used by :class:`~amb_dspy.task.session.TaskSession`): a result already observed, same call and same text, is
 not converted again; any other tool than search and visit is keyed by its name and exact arguments.
 
 Queries are compared as bags of words (case, punctuation, spacing and word order ignored): keyword

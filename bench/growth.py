@@ -118,7 +118,7 @@ class GrowingBank:
         started = time.perf_counter()
         self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
         seconds = time.perf_counter() - started
-        self.store = self.bank.store
+        self.store = self.bank.session.store
         digest = hashlib.sha256(document.text.encode("utf-8")).hexdigest()
         self.entry_of[document.name] = self.store.entry_with_hash(digest).entry_id
         texts = [document.text[a:b] for a, b in document.units]

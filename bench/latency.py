@@ -79,7 +79,7 @@ def measure(text: str, threads: int, delay: float, embedder, work: Path, whole_r
     else:
         bank.ingest(text, name="tool response")
     return {"seconds": time.perf_counter() - started, "calls": len(timed.spans), "path": critical_path(timed.spans),
-            "nodes": len(bank.store.graph)}
+            "nodes": len(bank.session.store.graph)}
 
 
 def main() -> None:

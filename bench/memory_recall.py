@@ -168,7 +168,7 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: d
         for usage in result.usage.values():
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
-        store = bank.store
+        store = bank.session.store
         entry = next(e for e in store.tree.entries.values() if e.text == context.text)  # offsets are the context's
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)

@@ -185,7 +185,7 @@ def main() -> None:
                 break
     with tempfile.TemporaryDirectory(prefix="amb-bench-serve-") as work:
         work = Path(work)
-        bank = work / "bank.json"
+        bank = work / "storage" / "bank.json"  # the server reads bank files from its storage folder only
         build_bank(bank, passages[:args.nodes])
         stdio = asyncio.run(over_stdio(work, bank, [i.question for i in items[:5]], args.contexts, long_results))
         http = run_http(work, args.sessions, args.per_task, passages)

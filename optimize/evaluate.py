@@ -23,6 +23,7 @@ the run goes on; its error is kept.
 
 from __future__ import annotations
 
+import functools
 import json
 import tempfile
 import threading
@@ -36,7 +37,7 @@ from pydantic import BaseModel
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 from amb_dspy.lm import UsageMeter, adapter_for
 from amb_dspy.tools import SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 from optimize.hotpotqa import HotpotQAItem, load_hotpotqa
@@ -45,7 +46,7 @@ from optimize.metrics import answer_exact_match, answer_f1
 MODES = ("bank", "react", "context", "rag")
 
 
-class EvalError(ValueError):
+class EvalError(UserError, ValueError):
     """The evaluation cannot run as asked; the message is one line."""
 
 
@@ -127,6 +128,11 @@ class _Solver:
         elif mode == "context":
             self.reader = dspy.ChainOfThought(AnswerFromContext)
 
+    @functools.cached_property
+    def memory_bank(self) -> MemoryBank:
+        """One bank for every question (agents, LMs and window checks once); each run is a task of its own."""
+        return MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder, corpus=self.corpus)
+
     def use_passages(self, items: list[HotpotQAItem]) -> None:
         """For ``rag``: index the paragraphs of ``items`` once (each question then reads its own, or all of
         them with a corpus)."""
@@ -139,8 +145,7 @@ class _Solver:
     def __call__(self, item: HotpotQAItem) -> str:
         context = item.context_text()
         if self.mode == "bank":
-            bank = MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder, corpus=self.corpus)
-            result = bank.run(task=item.question, context="" if self.corpus is not None else context)
+            result = self.memory_bank.run(task=item.question, context="" if self.corpus is not None else context)
             if not result.answer and result.errors:
                 raise RuntimeError(result.errors[-1])
             return result.answer

@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from amb_dspy.errors import one_line
+from amb_dspy.errors import UserError, one_line
 
 OFFICIAL_URL = "http://curtis.ml.cmu.edu/datasets/hotpot/"
 HF_NAME = "hotpotqa/hotpot_qa"
@@ -35,7 +35,7 @@ HOW_TO_GET = (
 )
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError, ValueError):
     """A dataset could not be read; the message is one line and says what to do."""
 
 

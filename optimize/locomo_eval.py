@@ -19,6 +19,7 @@ correct/incorrect against the gold answer (Mem0's J). Usage per question as ``op
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import tempfile
@@ -134,7 +135,7 @@ def cached_bank(conversation: Conversation, *, config: AmbConfig, lm: Any, lm_na
     cost = IngestCost(conversation=conversation.name, nodes=result.nodes, seconds=result.seconds, cached=False, **usage)
     bank.export(bank_path)  # atomic; the cost file, read only beside a bank, comes second
     write_atomically(cost_path, cost.model_dump_json())
-    return bank.store, cost
+    return bank.session.store, cost
 
 
 def fitting_tail(text: str, lm: Any, reserve: int = 600) -> str:
@@ -176,10 +177,14 @@ class ConversationSolver:
             retriever = FlatRetriever(turn_units(conversation.turns), embedder, alpha=config.retrieval_alpha)
             self.rag = RagAnswerer(retriever, config, compiled)
 
+    @functools.cached_property
+    def memory_bank(self) -> MemoryBank:
+        """One bank for every question (agents, LMs and window checks once); each run is a task of its own."""
+        return MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder)
+
     def __call__(self, question: LoCoMoQuestion) -> str:
         if self.mode == "bank":
-            bank = MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder)
-            result = bank.run(task=question.question, bank=self.bank)
+            result = self.memory_bank.run(task=question.question, bank=self.bank)
             if not result.answer and result.errors:
                 raise RuntimeError(result.errors[-1])
             return result.answer

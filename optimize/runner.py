@@ -35,6 +35,7 @@ from pydantic import BaseModel
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
 from amb_dspy.config import AGENT_NAMES, AmbConfig
+from amb_dspy.errors import UserError
 from amb_dspy.lm import adapter_for
 from amb_dspy.program import MemoryBankQA
 from amb_dspy.retrieval.embedding import default_embedder
@@ -46,7 +47,7 @@ OPTIMIZERS = ("bootstrap", "mipro", "gepa")
 TARGETS = (*AGENT_NAMES, "all")
 
 
-class OptimizeError(ValueError):
+class OptimizeError(UserError, ValueError):
     """The optimization cannot run as asked; the message is one line."""
 
 

@@ -19,12 +19,11 @@ from amb_dspy.agents import (
     NodeInfo,
     PlanningAgent,
     StructureAgent,
-    conflicting_node_ids,
     cross_validation_task,
-    is_cross_validation_task,
 )
 from amb_dspy.config import AGENT_NAMES, AmbConfig
-from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage import CompletedTask, InsightDoc, PendingTask, TaskKind, TaskStatus
+from amb_dspy.storage.insight_doc import legacy_pending
 
 # --- planning ---------------------------------------------------------------------------------------
 
@@ -44,7 +43,7 @@ def test_planning_first_plan_sets_the_next_task(adapter):
               new_memory_nodes=[NEW_NODE])
     assert out.task_goal == GOAL
     assert out.completed_tasks == []
-    assert out.pending_tasks == ["search for the IBM quantum chip announcement"]
+    assert out.pending_tasks == [PendingTask(description="search for the IBM quantum chip announcement")]
     (call,) = lm.calls
     assert call.inputs["executed_task"] == ""
     assert call.input_json("new_memories")[0]["context"] == "Amazon river flow"
@@ -56,7 +55,7 @@ def test_planning_moves_the_executed_task_to_completed_and_copies_history():
     out = run(PlanningAgent(), lm, insight_doc=doc, execution_report="IBM announced the chip in 2023.")
     assert out.completed_tasks[0] == EARLIER
     assert out.completed_tasks[1] == CompletedTask(
-        type=TaskType.NORMAL, description="read the IBM press release", status=TaskStatus.SUCCESS,
+        type=TaskKind.NORMAL, description="read the IBM press release", status=TaskStatus.SUCCESS,
         context="The release dates the chip to 2023.",
     )
     assert out.pending_tasks == []  # goal met
@@ -73,7 +72,7 @@ def test_planning_failure_reason_decides_the_status_without_lm_judgement():
     out = run(PlanningAgent(), lm, insight_doc=doc, failure_reason="executor timed out")
     (done,) = out.completed_tasks
     assert done.status is TaskStatus.FAILURE and done.context == "executor timed out"
-    assert out.pending_tasks == ["try another source"]
+    assert out.pending_tasks == [PendingTask(description="try another source")]
     assert "The task failed: executor timed out" in lm.calls[0].inputs["execution_report"]
 
 
@@ -83,8 +82,9 @@ def test_planning_conflict_forces_a_cross_validation_task():
     out = run(PlanningAgent(), lm, insight_doc=doc, conflict=CONFLICT)
     (task,) = out.pending_tasks
     assert task == cross_validation_task(CONFLICT)
-    assert is_cross_validation_task(task) and conflicting_node_ids(task) == ["node-a", "node-b"]
-    assert "2020 vs 2023" in task
+    assert task.kind is TaskKind.CROSS_VALIDATE and task.node_ids == ["node-a", "node-b"]
+    assert task.description.startswith('CROSS_VALIDATE ["node-a", "node-b"]: ')  # the executor's text names them
+    assert "2020 vs 2023" in task.description
     assert out.completed_tasks[0].context == "found two dates"
 
 
@@ -102,7 +102,7 @@ def test_planning_records_an_executed_cross_validation_task_as_such():
     doc = InsightDoc(task_goal=GOAL, pending_tasks=[cross_validation_task(CONFLICT)])
     lm = ScriptedLM(planning=[plan("success", "2023 is right", "")])
     out = run(PlanningAgent(), lm, insight_doc=doc, execution_report="validated")
-    assert out.completed_tasks[0].type is TaskType.CROSS_VALIDATE
+    assert out.completed_tasks[0].type is TaskKind.CROSS_VALIDATE
     assert out.pending_tasks == []
 
 
@@ -129,11 +129,20 @@ def test_planning_fits_new_memories_to_the_window_newest_first(caplog):
     assert any("execution report cut" in r.message for r in caplog.records)
 
 
-def test_cross_validation_task_texts():
-    assert not is_cross_validation_task("search for the chip")
-    assert not is_cross_validation_task("CROSS_VALIDATE [not json]: x")
-    with pytest.raises(ValueError, match="not a cross-validation task"):
-        conflicting_node_ids("search")
+def test_a_next_task_the_lm_writes_like_a_cross_validation_is_an_ordinary_task():
+    doc = InsightDoc(task_goal=GOAL, pending_tasks=["search"])
+    lm = ScriptedLM(planning=[plan("success", "ok", 'CROSS_VALIDATE ["node-a", "node-b"]: check them')])
+    with dspy.context(lm=lm):
+        out = PlanningAgent()(insight_doc=doc)
+    assert out.pending_tasks == [PendingTask(description='CROSS_VALIDATE ["node-a", "node-b"]: check them')]
+
+
+def test_pending_tasks_of_old_bank_files_are_typed_from_their_text():
+    written = cross_validation_task(CONFLICT)
+    assert legacy_pending(written.description) == written
+    assert legacy_pending("search for the chip") == PendingTask(description="search for the chip")
+    assert legacy_pending("CROSS_VALIDATE [not json]: x").kind is TaskKind.NORMAL
+    assert legacy_pending("Recognise the attached images (a.png) and say").kind is TaskKind.IMAGE
     with pytest.raises(ValueError):
         ConflictNotification(conflicting_node_ids=[], conflict_description="x")
 

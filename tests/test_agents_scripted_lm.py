@@ -7,7 +7,7 @@ import pytest
 from scripted_lm import ScriptedLM
 
 from amb_dspy.agents import AgentError, ClassificationAgent, PlanningAgent, StructureAgent
-from amb_dspy.storage import InsightDoc
+from amb_dspy.storage import InsightDoc, PendingTask
 
 
 def test_routes_each_agent_to_its_own_script_and_records_calls():
@@ -20,7 +20,7 @@ def test_routes_each_agent_to_its_own_script_and_records_calls():
         summary = StructureAgent()(content=text, context="Amazon", keywords=["Amazon"])
         plan = PlanningAgent()(insight_doc=InsightDoc(task_goal="rivers?"))
     assert summary.summary == text.strip()[: len(text.strip()) * 2 // 5].strip()
-    assert plan.pending_tasks == ["search rivers"]
+    assert plan.pending_tasks == [PendingTask(description="search rivers")]
     assert [c.route for c in lm.calls] == ["structure", "planning"]
     assert lm.calls[0].output_fields == ("summary",)
     assert lm.remaining("planning") == 0

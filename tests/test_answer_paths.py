@@ -30,9 +30,9 @@ from typer.testing import CliRunner
 from amb_dspy.agents import MEMORY_CHECK_TASK, AnswerAgent
 from amb_dspy.agents.answer import lenient_answer
 from amb_dspy.agents.fallback import extract_answer
-from amb_dspy.answering import fast_path_on
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
+from amb_dspy.task.answering import fast_path_on
 from cli import app
 
 GOAL = "When is the Tidewater Lantern Festival held?"
@@ -206,7 +206,7 @@ def test_with_no_lm_answer_at_all_the_best_evidence_line_is_the_answer_marked_ex
     assert result.extractive and result.termination == "extractive_answer"  # never goal_met
     assert result.answer == FESTIVAL
     [cited] = result.citations
-    assert cited["source"] == FESTIVAL and cited["node_id"] in bank.store.graph
+    assert cited["source"] == FESTIVAL and cited["node_id"] in bank.session.store.graph
     assert result.fallbacks["answer"] == 1 and "answer" not in {c.route for c in lm.calls if c.route == "answer"} - {"answer"}
 
 

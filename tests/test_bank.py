@@ -19,7 +19,7 @@ from amb_dspy.adapter import InputError
 from amb_dspy.bank import MemoryBank, read_context_file
 from amb_dspy.config import AmbConfig
 from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.storage import TaskStatus, TaskType
+from amb_dspy.storage import TaskKind, TaskStatus
 
 REACT = "next_thought,next_tool_name,next_tool_args"
 EXTRACT = "reasoning,answer"
@@ -103,7 +103,7 @@ def test_related_nodes_get_an_edge_and_the_run_meets_its_goal(config, embedder):
     result = bank.run("Which river flows through the festival city, and when is the festival?",
                       context=f"{FESTIVAL}\n\n{CITY}")
 
-    store = bank.store
+    store = bank.session.store
     store.check()
     assert result.termination == "goal_met"
     assert result.answer == "The river Calder, in July"
@@ -122,7 +122,7 @@ def test_related_nodes_get_an_edge_and_the_run_meets_its_goal(config, embedder):
     assert "Calder" in executor_entry.text and executor_entry.metadata["tool_calls"][0]["name"] == "search"
     doc = store.insight_doc
     assert doc.pending_tasks == []
-    assert [(t.type, t.status) for t in doc.completed_tasks] == [(TaskType.NORMAL, TaskStatus.SUCCESS)]
+    assert [(t.type, t.status) for t in doc.completed_tasks] == [(TaskKind.NORMAL, TaskStatus.SUCCESS)]
     assert result.usage["planning"]["calls"] == 2 and result.usage["executor"]["calls"] >= 3
     assert result.insight_doc["task_goal"].startswith("Which river")
 
@@ -164,7 +164,7 @@ def test_conflict_is_cross_validated_merged_and_reanalysed(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     # City first, then festival: the festival node is analysed against the city node and relates to it.
     result = bank.run("When is the festival?", context=f"{CITY}\n\n{FESTIVAL}")
-    store = bank.store
+    store = bank.session.store
     store.check()
 
     assert result.termination == "goal_met", result.errors
@@ -187,7 +187,7 @@ def test_conflict_is_cross_validated_merged_and_reanalysed(config, embedder):
     # user context, the first search, and the cross-validation (its search is recorded there, once)
     assert sorted(e.metadata["source"] for e in store.tree.entries.values()) == ["cross_validation", "executor", "user_context"]
     doc = store.insight_doc
-    assert [t.type for t in doc.completed_tasks] == [TaskType.NORMAL, TaskType.CROSS_VALIDATE]
+    assert [t.type for t in doc.completed_tasks] == [TaskKind.NORMAL, TaskKind.CROSS_VALIDATE]
     assert all(t.status is TaskStatus.SUCCESS for t in doc.completed_tasks)
     assert event.merged_node_ids[0] in doc.completed_tasks[1].description
     assert result.answer == "July, on the Calder"
@@ -212,7 +212,7 @@ def test_image_waits_in_temp_storage_until_recognised_then_becomes_an_attachment
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("What date does the poster show?", images=[image])
-    store = bank.store
+    store = bank.session.store
     store.check()
 
     assert result.termination == "goal_met"
@@ -253,7 +253,7 @@ def test_agent_failure_fails_the_task_keeps_the_raw_text_and_the_run_goes_on(con
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
-    store = bank.store
+    store = bank.session.store
     store.check()
 
     failed = [t for t in store.insight_doc.completed_tasks if t.status is TaskStatus.FAILURE]
@@ -281,8 +281,8 @@ def test_loop_cap_stops_a_run_that_never_finishes(config, embedder):
     result = bank.run("An endless question")
     assert result.termination == "loop_cap"
     assert result.loops == 2
-    assert bank.store.insight_doc.pending_tasks == ["Keep searching"]
-    assert len(bank.store.insight_doc.completed_tasks) == 2
+    assert bank.session.store.insight_doc.pending_tasks == ["Keep searching"]
+    assert len(bank.session.store.insight_doc.completed_tasks) == 2
 
 
 def test_lm_call_cap_stops_the_run_and_leaves_memory_consistent(config, embedder):
@@ -297,7 +297,7 @@ def test_lm_call_cap_stops_the_run_and_leaves_memory_consistent(config, embedder
     assert result.termination == "lm_call_cap"
     assert sum(u["calls"] for u in result.usage.values()) == 4
     assert any("LM call cap" in e for e in result.errors)
-    bank.store.check()
+    bank.session.store.check()
 
 
 def test_executor_failure_marks_the_task_failed(config, embedder):
@@ -309,7 +309,7 @@ def test_executor_failure_marks_the_task_failed(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
     assert any(e.startswith("executor failed") for e in result.errors)
-    first = bank.store.insight_doc.completed_tasks[0]
+    first = bank.session.store.insight_doc.completed_tasks[0]
     assert first.status is TaskStatus.FAILURE and first.context.startswith("executor failed")
 
 
@@ -320,7 +320,7 @@ def test_bad_input_is_refused_in_one_line_and_memory_is_kept(config, embedder, t
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     bank.run("When is the festival?", context=FESTIVAL)
-    before = bank.store
+    before = bank.session.store
     assert len(before.graph) == 1
 
     not_an_image = tmp_path / "notes.png"
@@ -341,7 +341,7 @@ def test_bad_input_is_refused_in_one_line_and_memory_is_kept(config, embedder, t
             call()
         message = str(info.value)
         assert expected in message and "\n" not in message
-    assert bank.store is before and len(bank.store.graph) == 1  # the earlier run's memory is untouched
+    assert bank.session.store is before and len(bank.session.store.graph) == 1  # the earlier run's memory is untouched
     assert not any(Path(config.temp_dir).glob("*/*"))  # nothing was staged
 
 
@@ -357,5 +357,5 @@ def test_exported_bank_has_the_three_layers_and_imports_equal(config, embedder, 
     data = json.loads(path.read_text())
     assert {"insight_doc", "query_graph", "interaction_tree"} <= set(data)
     loaded = MemoryStore.load(path, embedder)
-    assert loaded.same_content(bank.store)
+    assert loaded.same_content(bank.session.store)
     loaded.check()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from amb_dspy.agents import ConflictNotification, cross_validation_task
 from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.storage import (
     Attachment,
@@ -17,7 +18,8 @@ from amb_dspy.storage import (
     CompletedTask,
     InsightDoc,
     InteractionEntry,
-    TaskType,
+    PendingTask,
+    TaskKind,
 )
 from amb_dspy.storage.bank_file import BankFileError, load_bank
 
@@ -28,7 +30,7 @@ def store(embedder) -> MemoryStore:
         task_goal="When did Kilauea last erupt?",
         completed_tasks=[
             CompletedTask(description="search eruptions", status="success", context="2018 eruption found"),
-            CompletedTask(type=TaskType.CROSS_VALIDATE, description="check 2018 vs 2020", status="failure", context="unclear"),
+            CompletedTask(type=TaskKind.CROSS_VALIDATE, description="check 2018 vs 2020", status="failure", context="unclear"),
         ],
         pending_tasks=["read the USGS page"],
     )
@@ -110,7 +112,7 @@ BAD_FILES = {
     "foreign JSON object": (lambda good: write(good, b'{"name": "not a bank", "nodes": []}'), "not an amb-dspy bank"),
     "foreign JSON list": (lambda good: write(good, b"[1, 2, 3]"), "not an amb-dspy bank"),
     "JSON string": (lambda good: write(good, b'"amb-dspy-bank"'), "not an amb-dspy bank"),
-    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=3)), "schema version 3"),
+    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=4)), "schema version 4"),
     "schema version missing": (lambda good: edited(good, lambda d: d.pop("schema_version")), "schema version None"),
     "schema version as text": (lambda good: edited(good, lambda d: d.update(schema_version="1")), "schema version '1'"),
     "dangling edge": (lambda good: edited(good, lambda d: first_node(d)["links"].append("ghost")), "missing node 'ghost'"),
@@ -218,3 +220,23 @@ def test_an_unreadable_bank_file_is_one_clear_error(tmp_path, store, embedder, m
     with pytest.raises(BankFileError, match=r"cannot be read \(Permission denied\)") as info:
         MemoryStore.load(path, embedder)
     assert "\n" not in str(info.value)
+
+
+def test_a_schema_2_file_loads_its_pending_task_typed_from_its_text(tmp_path, store, embedder):
+    """Bank files (and checkpoints) written before kinds were stored held the pending task's text alone."""
+    conflict = ConflictNotification(conflicting_node_ids=list(store.graph.nodes_dict)[:2], conflict_description="2018 or 2020?")
+    store.set_insight_doc(store.insight_doc.model_copy(update={"pending": [cross_validation_task(conflict)]}))
+    path = tmp_path / "bank.json"
+    store.export(path)
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == 3 and data["insight_doc"]["pending"][0]["kind"] == "CROSS_VALIDATE"
+    data["schema_version"] = 2  # as schema 2 wrote it: the text alone
+    data["insight_doc"] = {k: v for k, v in data["insight_doc"].items() if k != "pending"}
+    (tmp_path / "old.json").write_text(json.dumps(data))
+
+    loaded = MemoryStore.load(tmp_path / "old.json", embedder)
+    assert loaded.insight_doc.pending == [cross_validation_task(conflict)]
+    assert loaded.insight_doc.completed_tasks == store.insight_doc.completed_tasks
+    data["insight_doc"]["pending_tasks"] = ["read the USGS page"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    assert MemoryStore.load(tmp_path / "old.json", embedder).insight_doc.pending == [PendingTask(description="read the USGS page")]

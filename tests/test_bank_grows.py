@@ -36,9 +36,9 @@ def grown(conversation, embedder, tmp_path_factory):
     bank = heuristic_bank(tmp_path_factory.mktemp("grown"), embedder)
     for number in range(1, 13):
         date = next(turn.date for turn in conversation.turns if turn.session == number)
-        bank.ingest(session_text(conversation, number), f"session {number}", into=bank.store if number > 1 else None,
-                    date=date)
-    return bank.store
+        into = bank.session.store if number > 1 else None
+        bank.ingest(session_text(conversation, number), f"session {number}", into=into, date=date)
+    return bank.session.store
 
 
 def test_the_view_over_candidate_lines_is_the_view_over_every_line(grown, conversation):
@@ -69,7 +69,7 @@ def test_each_document_is_its_own_entry_and_its_nodes_are_related_to_the_old_one
 def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedder, tmp_path):
     bank = heuristic_bank(tmp_path, embedder)
     bank.ingest(session_text(conversation, 1), "session 1")
-    store = bank.store
+    store = bank.session.store
     grown = bank.ingest(session_text(conversation, 2), "session 2", into=store)
     before = store.payload()
     again = bank.ingest(session_text(conversation, 1), "session 1 (again)", into=store)
@@ -80,14 +80,14 @@ def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedd
 def test_a_new_document_is_laid_out_and_indexed_alone(conversation, embedder, tmp_path):
     bank = heuristic_bank(tmp_path, embedder)
     bank.ingest(session_text(conversation, 1), "session 1")
-    view = MemoryView(bank.store, view="evidence")
+    view = MemoryView(bank.session.store, view="evidence")
     question = "What did Gina do after losing her job?"
     view.evidence_block(question, 500)
     index, laid_out = view.line_index.index, list(view.line_index.lines)
-    bank.ingest(session_text(conversation, 2), "session 2", into=bank.store)
+    bank.ingest(session_text(conversation, 2), "session 2", into=bank.session.store)
     grown = view.evidence_block(question, 500)
     assert view.line_index.index is index and len(index) == len(view.line_index.lines) > len(laid_out)
     assert view.line_index.lines[:len(laid_out)] == laid_out  # the old lines kept, not laid out again
-    fresh = MemoryView(bank.store, view="evidence")
+    fresh = MemoryView(bank.session.store, view="evidence")
     assert set(fresh.line_index.refresh()) == set(view.line_index.lines)
     assert fresh.evidence_block(question, 500) == grown

@@ -10,12 +10,13 @@ import pytest
 from scripted_lm import MEMORY_ANSWER, ScriptedLM
 from test_answer_paths import GOAL, bank_file, config, corpus, verdict  # noqa: F401 - fixtures
 
+from amb_dspy.agents import ConflictNotification, cross_validation_task
 from amb_dspy.bank import MemoryBank
-from amb_dspy.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
 from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.run_state import RunState
-from amb_dspy.storage import InsightDoc
+from amb_dspy.storage import InsightDoc, TaskKind
 from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.task.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint
+from amb_dspy.task.state import RunState
 
 
 def test_a_fast_path_answer_survives_a_resume_without_a_final_pass(config, embedder, bank_file, tmp_path):  # noqa: F811
@@ -27,9 +28,12 @@ def test_a_fast_path_answer_survives_a_resume_without_a_final_pass(config, embed
     assert saved["answered_from_memory"] is True and saved["extractive"] is False
 
     silent = ScriptedLM()  # no script: any LM call would fail the resumed run
-    resumed = MemoryBank(config, lm=silent, embedder=embedder).resume(folder)
+    bank = MemoryBank(config, lm=silent, embedder=embedder)
+    resumed = bank.resume(folder)
     assert resumed.termination == "answered_from_memory" and resumed.answer == first.answer
     assert silent.calls == [] and not resumed.errors
+    # the resumed task checkpoints in its folder; the bank's own config, which other tasks share, is unchanged
+    assert bank.session.config.checkpoint_dir == folder and bank.config == config
 
 
 @pytest.mark.parametrize("flags", [{"answered_from_memory": True}, {"extractive": True}, {}])
@@ -58,3 +62,17 @@ def test_an_older_checkpoint_without_the_flags_reads_as_false_and_a_bad_flag_is_
     with pytest.raises(BankFileError, match="extractive is 'yes', not true or false") as caught:
         read_checkpoint(tmp_path, embedder)
     assert "\n" not in str(caught.value)
+
+
+def test_a_checkpoint_of_bank_schema_2_reads_its_pending_task_typed(tmp_path, embedder):
+    conflict = ConflictNotification(conflicting_node_ids=["n1", "n2"], conflict_description="1932 or 1936?")
+    doc = InsightDoc(task_goal="g", pending=[cross_validation_task(conflict)])
+    write_checkpoint(tmp_path, RunState(doc_id=doc.doc_id), {}, MemoryStore(embedder, doc))
+    path = tmp_path / CHECKPOINT_FILE
+    raw = json.loads(path.read_text())
+    raw["bank"]["schema_version"] = 2  # as written before kinds were stored: the pending task's text alone
+    del raw["bank"]["insight_doc"]["pending"]
+    path.write_text(json.dumps(raw))
+    _, _, store = read_checkpoint(tmp_path, embedder)
+    assert store.insight_doc.pending == [cross_validation_task(conflict)]
+    assert store.insight_doc.pending_task.kind is TaskKind.CROSS_VALIDATE

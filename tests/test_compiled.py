@@ -107,6 +107,7 @@ def _edit_manifest(directory, change):
         (lambda d: (d / MANIFEST_FILE).unlink(), r"manifest.json: missing; .* is not a compiled-programs directory"),
         (lambda d: _edit_manifest(d, lambda m: m.update(schema_version=99)), r"schema version 99, but this amb-dspy reads version 1"),
         (lambda d: _edit_manifest(d, lambda m: m.pop("schema_version")), r"schema version None"),
+        (lambda d: _edit_manifest(d, lambda m: m.update(schema_version=True)), r"schema version True"),  # JSON true == 1
         (lambda d: _edit_manifest(d, lambda m: m["agents"].update(executor=m["agents"]["analysis"])), r"unknown agent\(s\) executor"),
         (lambda d: _edit_manifest(d, lambda m: m["agents"]["analysis"].update(predictors=["judge"])),
          r"compiled for predictors \['judge'\] but AnalysisAgent has \['analyze'\]"),

@@ -22,9 +22,7 @@ from amb_dspy.agents import (
     NodeWithNeighbors,
     PlanningAgent,
     StructureAgent,
-    conflicting_node_ids,
     estimate_tokens,
-    is_cross_validation_task,
 )
 from amb_dspy.agents.chunking import segment, split_sentences
 from amb_dspy.agents.fallback import (
@@ -39,7 +37,7 @@ from amb_dspy.agents.fallback import (
     relate_by_hybrid_score,
 )
 from amb_dspy.config import AGENT_NAMES, AmbConfig
-from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage import CompletedTask, InsightDoc, TaskKind, TaskStatus
 
 DEMO = Path(__file__).resolve().parent.parent / "datasets" / "demo"
 
@@ -261,19 +259,19 @@ def plan(doc: InsightDoc, **inputs):
 def test_planning_first_asks_the_executor_to_answer_the_goal_from_memory():
     out = plan(InsightDoc(task_goal=GOAL))
     assert out.completed_tasks == []
-    assert out.pending_tasks == [answer_from_memory_task(GOAL)] and GOAL in out.pending_tasks[0]
+    assert out.pending_tasks == [answer_from_memory_task(GOAL)] and GOAL in out.pending_tasks[0].description
 
 
 def test_planning_checks_a_conflict_first():
     out = plan(InsightDoc(task_goal=GOAL), conflict=CONFLICT)
-    assert is_cross_validation_task(out.pending_tasks[0])
-    assert conflicting_node_ids(out.pending_tasks[0]) == ["n1", "n2"]
+    assert out.pending_tasks[0].kind is TaskKind.CROSS_VALIDATE
+    assert out.pending_tasks[0].node_ids == ["n1", "n2"]
 
 
 def test_planning_after_a_conflict_check_still_asks_for_the_answer():
     check = plan(InsightDoc(task_goal=GOAL), conflict=CONFLICT).pending_tasks[0]
     out = plan(InsightDoc(task_goal=GOAL, pending_tasks=[check]), execution_report="1932 is right. More text.")
-    assert out.completed_tasks == [CompletedTask(type=TaskType.CROSS_VALIDATE, description=check,
+    assert out.completed_tasks == [CompletedTask(type=TaskKind.CROSS_VALIDATE, description=check.description,
                                                  status=TaskStatus.SUCCESS, context="1932 is right.")]
     assert out.pending_tasks == [answer_from_memory_task(GOAL)]
 
@@ -281,7 +279,8 @@ def test_planning_after_a_conflict_check_still_asks_for_the_answer():
 def test_planning_finishes_once_the_answer_task_ran():
     task = answer_from_memory_task(GOAL)
     out = plan(InsightDoc(task_goal=GOAL, pending_tasks=[task]), execution_report="The River Sennet.")
-    assert out.completed_tasks == [CompletedTask(description=task, status=TaskStatus.SUCCESS, context="The River Sennet.")]
+    assert out.completed_tasks == [CompletedTask(description=task.description, status=TaskStatus.SUCCESS,
+                                                 context="The River Sennet.")]
     assert out.pending_tasks == []
 
 

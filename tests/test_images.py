@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from amb_dspy.errors import InputError
-from amb_dspy.images import MAX_IMAGE_BYTES, ImageStager, read_image
+from amb_dspy.task.images import MAX_IMAGE_BYTES, ImageStager, read_image
 
 
 @pytest.fixture
@@ -99,3 +99,18 @@ def test_staging_checks_every_image_first_and_copies_the_checked_bytes(images, t
     assert not (tmp_path / "temp").exists()  # nothing copied when one image is bad
     [staged] = adapter.stage_images("doc", [images["JPEG"]])
     assert staged.format == "jpeg" and staged.temp_path.read_bytes() == images["JPEG"].read_bytes()
+
+
+def test_a_new_stager_removes_what_a_killed_process_left_staged(images, tmp_path):
+    import subprocess
+    import sys
+
+    first = ImageStager(temp_dir=tmp_path / "temp", storage_dir=tmp_path / "storage")
+    [staged] = first.stage_images("killed", [images["PNG"]])
+    [alive] = first.stage_images("running", [images["PNG"]])
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (staged.temp_path.parent / ".owner").write_text(gone.stdout.strip())  # as if kill -9 had ended its stager
+    (tmp_path / "temp" / "not-ours").mkdir()
+    ImageStager(temp_dir=tmp_path / "temp", storage_dir=tmp_path / "storage")
+    assert not staged.temp_path.parent.exists()
+    assert alive.temp_path.exists() and (tmp_path / "temp" / "not-ours").is_dir()

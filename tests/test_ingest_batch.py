@@ -54,9 +54,9 @@ def ingest(tmp_path, batch: int, lm: ScriptedLM, embedder, policy: str = "lm"):
 
 
 def shape(bank):
-    ids = list(bank.store.graph.nodes_dict)
-    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in bank.store.graph.nodes_dict.values()]
-    return nodes, sorted(tuple(sorted((ids.index(a), ids.index(b)))) for a, b in bank.store.graph.edges())
+    ids = list(bank.session.store.graph.nodes_dict)
+    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in bank.session.store.graph.nodes_dict.values()]
+    return nodes, sorted(tuple(sorted((ids.index(a), ids.index(b)))) for a, b in bank.session.store.graph.edges())
 
 
 def scripted(**extra):
@@ -70,7 +70,7 @@ def test_batched_ingest_makes_the_sequential_bank_in_fewer_calls(tmp_path, embed
     assert shape(many) == shape(one)
     nodes, edges = shape(one)
     assert len(nodes) == 8 and edges and any("~" in context for _, context, _ in nodes)  # related verdicts applied
-    assert [e.text for e in many.store.tree.entries.values()] == [e.text for e in one.store.tree.entries.values()]
+    assert [e.text for e in many.session.store.tree.entries.values()] == [e.text for e in one.session.store.tree.entries.values()]
     assert not any(c.route.endswith("_batch") for c in one_lm.calls)
     assert {c.route for c in many_lm.calls} >= {"structure_batch", "analysis_batch"}
     # the same items were asked, and the meter counts each real LM call once
@@ -91,8 +91,8 @@ def test_an_unusable_batch_answer_falls_back_to_the_policy_or_is_asked_again_in_
     sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
     assert sizes[::2] == sizes[1::2] == [7, 3, 2, 4, 2, 2]  # each asked twice: DSPy's ChatAdapter, then its JSON one
     assert len(lm.calls_for("analysis")) == 7 and result.edges
-    assert all(n.summary for n in bank.store.graph.nodes_dict.values())
-    assert len(bank.store.tree.entries) == 1
+    assert all(n.summary for n in bank.session.store.graph.nodes_dict.values())
+    assert len(bank.session.store.tree.entries) == 1
 
 
 def test_under_policy_lm_an_unusable_analysis_batch_asks_each_node_alone(tmp_path, embedder):
@@ -129,7 +129,7 @@ def test_the_nodes_of_one_conversion_are_judged_on_the_graph_it_found_and_the_ve
     assert any("~" in c["context"] for call in ordered_lm.calls_for("analysis") for c in call.input_json("candidates"))
     # "harbour fishing nets" (part 6) relates to part 0, which part 2 re-described first: in conversion order
     # its verdict rests on part 0 as drafted, in the ordered one on part 0 as part 2's verdict left it
-    contexts = {bank: {n.context.split(" ~")[0]: n.context for n in bank.store.graph.nodes_dict.values()}
+    contexts = {bank: {n.context.split(" ~")[0]: n.context for n in bank.session.store.graph.nodes_dict.values()}
                 for bank in (conversion, ordered)}
     assert contexts[conversion]["Part 6"] == "Part 6 ~ Part 0"
     assert contexts[ordered]["Part 6"] == "Part 6 ~ Part 0 ~ Part 2"

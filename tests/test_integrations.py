@@ -138,3 +138,22 @@ def test_langgraph_observe_node_and_memory_tools_with_a_scripted_model(session):
     assert [e.text for e in session.store.tree.entries.values()] == [FESTIVAL, CITY]  # memory_plan not observed
     assert "Calder" in prompts[1] and "Calder" not in prompts[0]
     assert "Answer the task goal from memory" in prompts[2]  # memory_plan set the next subtask
+
+
+def test_every_door_wraps_the_one_tool_table(session):
+    pytest.importorskip("langgraph")
+    pytest.importorskip("pydantic_ai")
+    from amb_dspy.integrations import dspy_react, langgraph_memory, pydantic_ai_agent
+    from amb_dspy.task.tools import AGENT_TOOLS, TOOLS
+
+    doors = {"dspy": {t.name: t.desc for t in dspy_react.memory_tools(session)},
+             "langgraph": {t.name: t.description for t in langgraph_memory.memory_tools(session)}}
+    for door, tools in doors.items():
+        assert tools == {name: TOOLS[name].description for name in AGENT_TOOLS}, door
+    agent = pydantic_ai_agent.memory_agent("test", session, memory_tools=AGENT_TOOLS)
+    assert set(AGENT_TOOLS) <= set(agent._function_toolset.tools)
+    langgraph = {t.name: t for t in langgraph_memory.memory_tools(session)}
+    assert all(langgraph[name].args_schema is TOOLS[name].arguments for name in AGENT_TOOLS)  # the same rules
+    context = dspy_react.memory_tools(session)[0]
+    assert context.func(budget=10) == "Error: bad arguments for memory_context: budget: input should be greater than or equal to 50"
+    assert context.func(budget=50).startswith("<task>")

@@ -10,6 +10,7 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc
+from amb_dspy.task.session import TaskSession
 
 TEXT = "Kilauea erupted in 2018.\n\nThe USGS watches Hawaiian volcanoes."
 
@@ -17,10 +18,11 @@ TEXT = "Kilauea erupted in 2018.\n\nThe USGS watches Hawaiian volcanoes."
 def converted(tmp_path, embedder, lm, text=TEXT, repeat=1):
     config = AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t", policy="lm")
     bank = MemoryBank(config, lm=lm, embedder=embedder)
-    state = bank._begin(MemoryStore(embedder, InsightDoc(task_goal="When did Kilauea erupt?")))
-    with bank.meter.counting():
-        results = [bank.memory.convert(state, text, {"source": "test", "n": n}) for n in range(repeat)]
-    return bank.store, results
+    session = TaskSession(MemoryStore(embedder, InsightDoc(task_goal="When did Kilauea erupt?")), config=config,
+                          agents=bank.agents, embedder=embedder, lms=bank.lms)
+    with session.meter.counting():
+        results = [session.memory.convert(session.state, text, {"source": "test", "n": n}) for n in range(repeat)]
+    return session.store, results
 
 
 def test_convert_returns_the_entry_it_recorded_with_its_nodes(tmp_path, embedder):

@@ -90,3 +90,30 @@ def test_a_missing_or_broken_export_is_exported_again_with_a_notice(tmp_path):
     again = OnnxEmbedder(cache_dir=tmp_path, notify=notes.append).embed(["a harbour at night"])
     assert len(notes) == 1 and "cannot be loaded; exporting it again" in notes[0]
     assert np.allclose(first, again, atol=1e-6)
+
+
+def test_the_banks_config_picks_its_embedder_and_each_setting_its_own(tmp_path):
+    """A bank's embedding section and cache dir reach its embedder (they were read from the environment
+    alone), and the process-wide cache keeps one embedder per combination of them."""
+    from scripted_lm import ScriptedLM
+
+    from amb_dspy.bank import MemoryBank
+    from amb_dspy.config import AmbConfig
+
+    config = AmbConfig(embedding_backend="onnx", embedding_batch_size=3, cache_dir=tmp_path / "models",
+                       storage_dir=tmp_path / "s", temp_dir=tmp_path / "t")
+    embedder = MemoryBank(config, lm=ScriptedLM()).embedder
+    assert isinstance(embedder, OnnxEmbedder)
+    assert (embedder.batch_size, embedder.cache_dir) == (3, tmp_path / "models")
+    assert default_embedder(config=config) is embedder  # the same settings share one embedder and its vectors
+    wider = default_embedder(config=config.model_copy(update={"embedding_batch_size": 4}))
+    elsewhere = default_embedder(config=config.model_copy(update={"cache_dir": tmp_path / "other"}))
+    assert (wider.batch_size, elsewhere.cache_dir) == (4, tmp_path / "other")
+    assert len({id(embedder), id(wider), id(elsewhere)}) == 3
+    torch = default_embedder(config=config.model_copy(update={"embedding_backend": "sentence-transformers"}))
+    assert isinstance(torch, SentenceTransformerEmbedder) and torch.batch_size == 3
+
+
+def test_an_onnx_embedder_without_a_cache_dir_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert OnnxEmbedder().cache_dir == tmp_path / "amb-dspy"

@@ -42,7 +42,7 @@ def scripted(answer="July", **routes):
 def test_every_node_records_the_spans_it_was_built_from(config, embedder, tmp_path):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
     bank.run("When is the festival?", context=DOCUMENT)
-    store = bank.store
+    store = bank.session.store
     assert len(store.graph) == 3
     for node in store.graph.nodes_dict.values():
         [source] = node.sources
@@ -58,7 +58,7 @@ def test_every_node_records_the_spans_it_was_built_from(config, embedder, tmp_pa
 def test_a_merged_node_holds_the_union_of_its_parents_sources(config, embedder):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
     bank.run("When is the festival?", context=DOCUMENT)
-    store = bank.store
+    store = bank.session.store
     a, b = list(store.graph.nodes_dict)[:2]
     parents = {(s.entry_id, span) for n in (a, b) for s in store.graph.node(n).sources for span in s.spans}
     merged, _ = store.merge_nodes([a, b], store.graph.node(a).model_copy(), "test merge")
@@ -69,8 +69,8 @@ def test_a_merged_node_holds_the_union_of_its_parents_sources(config, embedder):
 def test_deep_retrieval_can_return_just_the_source_spans(config, embedder):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
     bank.run("When is the festival?", context=DOCUMENT)
-    node = next(n for n in bank.store.graph.nodes_dict.values() if "Calder" in n.summary)
-    out = json.loads(DeepRetrievalTool(bank.store, config.storage_dir)(node.id, sources_only=True))
+    node = next(n for n in bank.session.store.graph.nodes_dict.values() if "Calder" in n.summary)
+    out = json.loads(DeepRetrievalTool(bank.session.store, config.storage_dir)(node.id, sources_only=True))
     assert [s["text"] for s in out["sources"]] == [CITY]
     assert "entries" not in out
 
@@ -93,7 +93,7 @@ def test_the_final_answer_cites_memory_nodes_with_their_first_source(config, emb
     result = bank.run("Which river flows through Port Merrow?", context=DOCUMENT)
     assert result.answer == "The Calder"  # the marker is read, not shown
     [cited] = result.citations
-    assert cited["node_id"] in bank.store.graph and cited["source"] in DOCUMENT
+    assert cited["node_id"] in bank.session.store.graph and cited["source"] in DOCUMENT
 
 
 def test_ingest_once_then_ask_twice_without_converting_the_text_again(config, embedder, tmp_path):

@@ -76,8 +76,8 @@ def test_the_journal_drops_a_line_cut_by_the_kill_and_keeps_unasked_responses_in
 
     from amb_dspy.graph_ops import MemoryStore
     from amb_dspy.storage import InsightDoc
+    from amb_dspy.task.journal import JOURNAL_FILE, ToolJournal, keep_unasked
     from amb_dspy.tool_cache import ToolCache
-    from amb_dspy.tool_journal import JOURNAL_FILE, ToolJournal, keep_unasked
 
     backend: list[str] = []
 

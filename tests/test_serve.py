@@ -113,7 +113,8 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
                 ("memory_observe", {"task_id": open_id, "tool": "search"}, "result"),  # missing argument
                 ("memory_context", {"task_id": open_id, "budget": "lots"}, "budget"),
                 ("memory_complete", {"task_id": open_id, "status": "finished"}, "success or failure"),
-                ("memory_start_task", {"goal": "g", "bank": str(tmp_path / "missing.json")}, "no such file"),
+                ("memory_start_task", {"goal": "g", "bank": str(tmp_path / "storage" / "missing.json")}, "no such file"),
+                ("memory_start_task", {"goal": "g", "bank": "/etc/passwd"}, "outside the folders this server reads"),
                 ("memory_write", {"text": "x", "kind": "opinion"}, "unknown kind"),
                 ("memory_export", {"task_id": open_id, "path": "../../outside.json"}, "must be a file inside"),
             ]:
@@ -205,3 +206,47 @@ def test_an_idle_task_is_exported_and_closed_and_a_busy_one_is_not(tmp_path):
     with pytest.raises(ValueError, match="closed after 60 s idle; its bank is in"):
         registry.get("idle")
     assert sorted(registry.open_ids()) == ["busy", "fresh"]
+
+
+@pytest.mark.parametrize("client", ["claude", "cursor"])
+def test_print_config_gives_a_client_config_with_this_install_s_absolute_paths(client):
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--policy", "heuristic", "--print-config", client])
+    assert result.exit_code == 0, result.output
+    server = json.loads(result.stdout)["mcpServers"]["amb-memory"]
+    command = Path(server["command"])
+    assert command.is_absolute() and command.is_file()  # found whatever the client's PATH
+    assert server["args"][-3:] == ["serve", "--policy", "heuristic"]
+    started = subprocess.run([str(command), *server["args"][:-3], "serve", "--help"], capture_output=True, text=True,
+                             timeout=120)
+    assert started.returncode == 0 and "--print-config" in started.stdout
+
+
+def test_print_config_for_an_unknown_client_is_one_line_and_exit_2():
+    from typer.testing import CliRunner
+
+    from cli import app
+
+    result = CliRunner().invoke(app, ["serve", "--print-config", "vscode"])
+    assert result.exit_code == 2 and result.stderr.strip().startswith("error: --print-config takes claude or cursor")
+
+
+def test_a_server_config_with_the_heuristic_policy_loads_no_model_and_says_no_lm_notice(tmp_path):
+    """What `amb serve --policy heuristic` builds, then a task observed: tokens are counted with the embedded
+    model's vocabulary alone, and the model itself (weights, context) is never loaded."""
+    code = """if True:
+        from amb_dspy.bank import MemoryBank
+        from amb_dspy.lm import llama_models
+        from amb_dspy.lm.specs import checked_config
+        session = MemoryBank(checked_config(policy="heuristic")).start_session("Which river flows through Marrowick?")
+        session.observe("search", {"query": "Marrowick"}, "The River Sennet flows through Marrowick, a port city.")
+        assert "Sennet" in session.context(), session.context()
+        print("models loaded:", len(llama_models._llamas))
+    """
+    env = {k: v for k, v in _env(tmp_path).items() if k not in ("AMB_LM", "OPENAI_API_KEY", "DEEPSEEK_API_KEY")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "models loaded: 0"

@@ -18,6 +18,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.storage import TaskStatus
+from amb_dspy.task.session import TaskSession
 
 FESTIVAL = "The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year."
 CITY = "Port Merrow is a harbour city on the Gull Coast, and the river Calder flows through it into the bay."
@@ -164,8 +165,10 @@ def test_observe_without_waiting_is_memory_before_the_next_request(bank):
 
 def test_the_banks_run_is_a_session(bank):
     result = bank.ingest(FESTIVAL + "\n\n" + CITY)
-    assert bank.session is not None and bank.store is bank.session.store and bank.memory is bank.session.memory
-    assert bank._run is bank.session.state and result.fallbacks == bank.session.state.fallbacks
+    assert isinstance(bank.session, TaskSession) and bank.session.memory.store is bank.session.store
+    assert result.nodes == len(bank.session.store.graph) and result.fallbacks == bank.session.state.fallbacks
+    for part in ("store", "memory", "memory_adapter", "tool_cache", "meter", "_run"):  # the bank holds no task
+        assert part not in vars(bank) and not hasattr(type(bank), part)
 
 
 def test_a_closed_task_is_remembered_and_recalled_by_the_next_one_in_its_namespace(tmp_path, embedder):

@@ -16,10 +16,11 @@ from amb_dspy.storage import (
     InteractionEntry,
     InteractionTree,
     MergeEvent,
+    PendingTask,
     QueryGraph,
     QueryGraphNode,
+    TaskKind,
     TaskStatus,
-    TaskType,
     TreeError,
 )
 from amb_dspy.storage.clock import now
@@ -29,21 +30,21 @@ from amb_dspy.storage.clock import now
 def test_insight_doc_holds_at_most_one_pending_task_on_creation_validation_and_assignment():
     doc = InsightDoc(task_goal="Who wrote Faust?")
     assert doc.pending_tasks == [] and doc.current_task is None
-    doc.pending_tasks = ["search Faust author"]
-    assert doc.current_task == "search Faust author"
+    doc.pending = [PendingTask(description="search Faust author")]
+    assert doc.current_task == "search Faust author" and doc.pending_tasks == ["search Faust author"]
     with pytest.raises(ValidationError):
-        doc.pending_tasks = ["one", "two"]
+        doc.pending = [PendingTask(description="one"), PendingTask(description="two")]
     assert doc.pending_tasks == ["search Faust author"]  # a rejected assignment changes nothing
     with pytest.raises(ValidationError):
         InsightDoc(task_goal="x", pending_tasks=["one", "two"])
     with pytest.raises(ValidationError):
         InsightDoc.model_validate({"task_goal": "x", "pending_tasks": ["a", "b", "c"]})
-    doc.pending_tasks = []
+    doc.pending = []
     assert doc.current_task is None
 
 
 def test_completed_tasks_are_frozen_and_typed():
-    task = CompletedTask(type=TaskType.CROSS_VALIDATE, description="check dates", status="success", context="dates agree")
+    task = CompletedTask(type=TaskKind.CROSS_VALIDATE, description="check dates", status="success", context="dates agree")
     assert task.status is TaskStatus.SUCCESS
     with pytest.raises(ValidationError):
         task.status = TaskStatus.FAILURE

@@ -133,5 +133,5 @@ def test_the_bank_records_the_whole_response_the_lm_saw_cut(tmp_path: Path, embe
     bank.run("Which river flows through Port Merrow?")
     shown = lm.calls_for(REACT)[1].prompt_text
     assert "observation cut at 200 of" in shown and "kept in memory" in shown
-    [entry] = [e for e in bank.store.tree.entries.values() if e.metadata.get("source") == "executor"]
+    [entry] = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "executor"]
     assert CITY in entry.text and FESTIVAL in entry.text and "observation cut" not in entry.text

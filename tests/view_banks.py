@@ -16,8 +16,8 @@ from amb_dspy.storage import (
     CompletedTask,
     InsightDoc,
     InteractionEntry,
+    TaskKind,
     TaskStatus,
-    TaskType,
 )
 
 GOAL = "Which river flows through the festival city, and when is the Tidewater Lantern Festival?"
@@ -71,7 +71,7 @@ def build_bank(path: Path, embedder, hostile: str | None = None) -> Built:
     validation = store.record_entry(InteractionEntry(text=VALIDATION, metadata={"source": "cross_validation"}), [merged.id])
     store.set_insight_doc(InsightDoc(doc_id=doc.doc_id, task_goal=GOAL, completed_tasks=[
         CompletedTask(description="Find the festival date", status=TaskStatus.SUCCESS, context="July, or August per a blog"),
-        CompletedTask(type=TaskType.CROSS_VALIDATE, description="Check July against August", status=TaskStatus.SUCCESS,
+        CompletedTask(type=TaskKind.CROSS_VALIDATE, description="Check July against August", status=TaskStatus.SUCCESS,
                       context="July is right"),
         CompletedTask(description="Find the poster's printer", status=TaskStatus.FAILURE, context="nothing found"),
     ], pending_tasks=["Name the river through Port Merrow"]))

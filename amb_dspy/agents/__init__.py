@@ -48,9 +48,7 @@ from amb_dspy.agents.planning import (
     PlanningAgent,
     PlanningOutput,
     answer_from_memory_task,
-    conflicting_node_ids,
     cross_validation_task,
-    is_cross_validation_task,
 )
 from amb_dspy.agents.structure import StructureAgent, StructureOutput
 
@@ -78,6 +76,6 @@ __all__ = [
     "Cluster", "ConflictNotification", "IntegrationAgent", "IntegrationOutput", "MemoryAgent",
     "NeighborInfo", "NodeInfo", "NodeWithNeighbors", "PREDICTOR_NAMES", "PlanningAgent",
     "PlanningOutput", "Relationship", "RelationshipKind", "StructureAgent", "StructureOutput", "TokenCounter",
-    "answer_from_memory_task", "conflicting_node_ids", "cross_validation_task", "estimate_tokens", "is_cross_validation_task",
+    "answer_from_memory_task", "cross_validation_task", "estimate_tokens", 
     "token_counter_for",
 ]

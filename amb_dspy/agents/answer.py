@@ -26,6 +26,7 @@ from pydantic import BaseModel
 
 from amb_dspy.agents.base import AgentError, MemoryAgent, dedupe
 from amb_dspy.agents.chunking import hard_split
+from amb_dspy.text import split_paragraphs
 
 _MARKER = re.compile(r"\[\[\s*##\s*\w+\s*##\s*\]\]")
 _FIELD_LABEL = re.compile(r"^\s*(?:answer|short answer|final answer)\s*:\s*", re.IGNORECASE)
@@ -79,7 +80,7 @@ def lenient_answer(raw: str) -> str:
     if isinstance(value, dict) and isinstance(value.get("answer"), (str, int, float)):
         text = str(value["answer"])
     text = _MARKER.sub("\n", text)
-    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    paragraphs = split_paragraphs(text, any_whitespace=True)
     text = _FIELD_LABEL.sub("", " ".join(paragraphs[0].split())) if paragraphs else ""
     return text[:LENIENT_MAX_CHARS].strip()
 

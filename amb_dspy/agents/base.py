@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,9 +34,10 @@ from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
 from amb_dspy.config import DEFAULT_WINDOW, AgentName, AmbConfig
-from amb_dspy.errors import ConfigError
+from amb_dspy.errors import AmbError, ConfigError
 from amb_dspy.lm import input_window, is_embedded, prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
+from amb_dspy.text import split_sentences, words
 
 logger = logging.getLogger("amb_dspy.agents")
 
@@ -56,7 +56,7 @@ HOSTED_INGEST_BATCH = 24
 MIN_INPUT_BUDGET = 64
 
 
-class AgentError(Exception):
+class AgentError(AmbError):
     """An agent could not get a usable answer from its LM: unparseable or incoherent output after
     DSPy's own adapter fallback, or a failed LM call (network, auth, context length...).
 
@@ -223,10 +223,10 @@ def dedupe(items: list[str]) -> list[str]:
 
 def fallback_keywords(text: str, limit: int = 5) -> list[str]:
     """The most frequent words of four letters or more (first occurrence breaks ties), for clusters the LM did not describe."""
-    words = [w for w in re.findall(r"[^\W\d_][\w'-]{3,}", text) if w.lower() not in STOPWORDS]
-    counts = Counter(w.lower() for w in words)
+    terms = [w for w in words(text, "term") if w.lower() not in STOPWORDS]
+    counts = Counter(w.lower() for w in terms)
     first: dict[str, str] = {}
-    for w in words:
+    for w in terms:
         first.setdefault(w.lower(), w)
     ranked = sorted(first, key=lambda w: -counts[w])  # sorted() is stable: ties keep text order
     return [first[w] for w in ranked[:limit]]
@@ -235,6 +235,6 @@ def fallback_keywords(text: str, limit: int = 5) -> list[str]:
 def fallback_context(text: str, words: int = 25) -> str:
     """A one-line description of ``text`` from its first sentence, for clusters the LM did not describe."""
     first_line = " ".join(text.split())
-    sentence = re.split(r"(?<=[.!?])\s", first_line, maxsplit=1)[0]
+    sentence = (split_sentences(first_line, rule="stop") or [""])[0]
     tokens = sentence.split()
     return " ".join(tokens[:words]) + (" ..." if len(tokens) > words else "")

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amb_dspy.text import split_paragraphs, split_sentences
+from amb_dspy.text import BLANK_LINE, split_paragraphs, split_sentences
 
 TokenCounter = Callable[[str], int]
 
@@ -202,13 +202,10 @@ def chunk_text(text: str, budget: int, count: TokenCounter = estimate_tokens) ->
     return ["\n\n".join(segments[i] for i in group) for group in pack(segments, budget, count)]
 
 
-_BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
-
-
 def paragraph_breaks(text: str, spans: Sequence[tuple[int, int]]) -> list[bool]:
     """For each span of ``text`` (in order), whether a blank line lies between it and the span before: a new
     paragraph, or in a dialogue a new session."""
-    return [i > 0 and bool(_BLANK_LINE.search(text, spans[i - 1][1], start))
+    return [i > 0 and bool(BLANK_LINE.search(text, spans[i - 1][1], start))
             for i, (start, _end) in enumerate(spans)]
 
 

@@ -3,8 +3,9 @@
 The Insight Doc's pending task, if any, is the task that was just executed. The LM is asked only for
 what is new: the outcome (status and one or two sentences of context) of that task, and the single
 next task, or none when the goal is met. The code assembles the full :class:`PlanningOutput`: the goal
-and earlier completed tasks are copied, never retyped; the executed task is appended as
-CROSS_VALIDATE when it was a cross-validation task, else NORMAL; ``pending_tasks`` has 0 or 1 items.
+and earlier completed tasks are copied, never retyped; the executed task is appended with its kind
+(:meth:`InsightDoc.with_finished`); ``pending_tasks`` has 0 or 1 typed items. The LM reads and writes
+plain text: its next task becomes a :class:`PendingTask` here, in :meth:`PlanningAgent.forward`.
 
 Rules enforced in code, not left to the LM:
 
@@ -23,7 +24,6 @@ Predictor: ``plan`` (:class:`PlanNextTask`).
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Literal
 
@@ -33,10 +33,9 @@ from pydantic import BaseModel, Field
 from amb_dspy.agents.analysis import NodeInfo
 from amb_dspy.agents.base import MIN_INPUT_BUDGET, MemoryAgent, fallback_context, logger
 from amb_dspy.agents.chunking import hard_split
-from amb_dspy.storage import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage import CompletedTask, InsightDoc, PendingTask, TaskKind, TaskStatus
 
 CROSS_VALIDATE_PREFIX = "CROSS_VALIDATE"
-_CROSS_VALIDATE = re.compile(rf"^{CROSS_VALIDATE_PREFIX} (\[[^\]]*\])")
 
 
 class ConflictNotification(BaseModel):
@@ -47,48 +46,27 @@ class ConflictNotification(BaseModel):
 class PlanningOutput(BaseModel):
     task_goal: str
     completed_tasks: list[CompletedTask]
-    pending_tasks: list[str] = Field(max_length=1)
+    pending_tasks: list[PendingTask] = Field(max_length=1)
 
 
-def cross_validation_task(conflict: ConflictNotification) -> str:
-    """The task text for cross-validating a conflict; it names the node ids so they can be read back."""
-    ids = json.dumps(list(conflict.conflicting_node_ids))
-    return (
-        f"{CROSS_VALIDATE_PREFIX} {ids}: find out which of these conflicting memories is correct. "
+def cross_validation_task(conflict: ConflictNotification) -> PendingTask:
+    """The task of cross-validating a conflict: its kind and node ids typed, its text naming them for the executor."""
+    ids = list(conflict.conflicting_node_ids)
+    return PendingTask(kind=TaskKind.CROSS_VALIDATE, node_ids=ids, description=(
+        f"{CROSS_VALIDATE_PREFIX} {json.dumps(ids)}: find out which of these conflicting memories is correct. "
         f"{conflict.conflict_description.strip()}"
-    )
+    ))
 
 
 ANSWER_FROM_MEMORY = "Answer the task goal from memory"
-# The completed task the bank records when it asked the answer agent first (amb_dspy.answering): its
+# The completed task the bank records when it asked the answer agent first (amb_dspy.task.answering): its
 # context holds the verdict, the draft answer and what is missing. It is no execution of the goal.
 MEMORY_CHECK_TASK = "Check whether memory already answers the task goal"
 
 
-def answer_from_memory_task(task_goal: str) -> str:
+def answer_from_memory_task(task_goal: str) -> PendingTask:
     """The task that asks the executor to answer the goal; it quotes the goal so memory retrieval finds it."""
-    return f"{ANSWER_FROM_MEMORY}: {task_goal.strip()}"
-
-
-def conflicting_node_ids(task: str) -> list[str]:
-    """The node ids named by a :func:`cross_validation_task` text; ValueError for any other text."""
-    match = _CROSS_VALIDATE.match(task.strip())
-    if match:
-        try:
-            ids = json.loads(match.group(1))
-        except json.JSONDecodeError:
-            ids = None
-        if isinstance(ids, list) and ids and all(isinstance(i, str) for i in ids):
-            return ids
-    raise ValueError(f"not a cross-validation task: {task[:80]!r}")
-
-
-def is_cross_validation_task(task: str) -> bool:
-    try:
-        conflicting_node_ids(task)
-    except ValueError:
-        return False
-    return True
+    return PendingTask(description=f"{ANSWER_FROM_MEMORY}: {task_goal.strip()}")
 
 
 class TaskRecord(BaseModel):
@@ -153,19 +131,18 @@ class PlanningAgent(MemoryAgent):
 
         completed = list(insight_doc.completed_tasks)
         if executed is not None:
-            kind = TaskType.CROSS_VALIDATE if is_cross_validation_task(executed) else TaskType.NORMAL
             if failure_reason:
                 status, context = TaskStatus.FAILURE, failure_reason
             else:
                 status = TaskStatus(prediction.executed_status)
                 context = str(prediction.executed_context or "").strip() or fallback_context(execution_report)
-            completed.append(CompletedTask(type=kind, description=executed, status=status, context=context))
+            completed = insight_doc.with_finished(status, context)
 
         if conflict is not None:
             pending = [cross_validation_task(conflict)]
-        else:
+        else:  # the LM's plain text becomes a typed task here, and only here
             next_task = str(prediction.next_task or "").strip()
-            pending = [next_task] if next_task else []
+            pending = [PendingTask(description=next_task)] if next_task else []
         return PlanningOutput(task_goal=insight_doc.task_goal, completed_tasks=completed, pending_tasks=pending)
 
     def _fitted_inputs(self, doc: InsightDoc, executed: str | None, report: str, memories: Sequence[NodeInfo]) -> dict:

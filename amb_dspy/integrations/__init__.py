@@ -1,4 +1,4 @@
-"""Memory tools for agent frameworks, thin and on one :class:`~amb_dspy.session.TaskSession`:
+"""Memory tools for agent frameworks, thin and on one :class:`~amb_dspy.task.session.TaskSession`:
 
 * :mod:`.dspy_tools` -- ``dspy.Tool`` objects for any ``dspy.ReAct`` (and a wrapper that observes its tools);
 * :mod:`.pydantic_ai` -- a PydanticAI agent whose system prompt is the session's context and whose every

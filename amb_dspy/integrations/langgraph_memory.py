@@ -18,10 +18,10 @@ from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolM
 from langchain_core.tools import BaseTool, StructuredTool
 
 from amb_dspy.integrations.observing import error_line, observe_quietly
-from amb_dspy.session import TaskSession
-from amb_dspy.tools import DEEP_RETRIEVAL_DESC
+from amb_dspy.task.session import TaskSession
+from amb_dspy.task.tools import AGENT_TOOLS, TOOLS
 
-MEMORY_TOOLS = frozenset({"memory_context", "memory_deep_retrieval", "memory_plan", "memory_complete"})
+MEMORY_TOOLS = frozenset(TOOLS)  # the memory's own tools: their results are memory already, never observed
 
 
 def context_message(session: TaskSession, budget: int | None = None) -> SystemMessage:
@@ -47,29 +47,9 @@ def observe_node(session: TaskSession) -> Callable[[dict[str, Any]], dict[str, A
     return node
 
 
-def memory_tools(session: TaskSession) -> list[BaseTool]:
-    """``memory_context``, ``memory_deep_retrieval``, ``memory_plan`` and ``memory_complete`` as LangChain tools."""
-    def guarded(action: Callable[[], str]) -> str:
-        try:
-            return action()
-        except ValueError as exc:
-            return error_line(exc)
-
-    def memory_context() -> str:
-        """The task's <task> (goal, subtasks, what was already fetched) and <memory> (notes with node ids)."""
-        return guarded(session.context)
-
-    def memory_deep_retrieval(node_id: str) -> str:
-        return guarded(lambda: session.deep_retrieval(node_id))
-
-    def memory_plan(report: str = "") -> str:
-        """Ask for the next subtask, given what you found (report); empty when the goal is met."""
-        return guarded(lambda: session.plan(report).current_task or "Nothing left to do: answer the goal.")
-
-    def memory_complete(description: str, status: str, answer: str) -> str:
-        """Record a subtask as done: its description, status (success or failure) and what it found."""
-        return guarded(lambda: session.complete(description, status, answer).current_task or "Recorded.")
-
-    return [StructuredTool.from_function(memory_context),
-            StructuredTool.from_function(memory_deep_retrieval, description=DEEP_RETRIEVAL_DESC),
-            StructuredTool.from_function(memory_plan), StructuredTool.from_function(memory_complete)]
+def memory_tools(session: TaskSession, names: Sequence[str] = AGENT_TOOLS) -> list[BaseTool]:
+    """The table's tools ``names`` (default ``memory_context``, ``memory_deep_retrieval``, ``memory_plan``,
+    ``memory_complete``) on ``session``, as LangChain tools; a failure is one ``Error:`` line."""
+    return [StructuredTool.from_function(TOOLS[name].bound(lambda: session, on_failure=error_line), name=name,
+                                         description=TOOLS[name].description, args_schema=TOOLS[name].arguments)
+            for name in names]

@@ -7,8 +7,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from amb_dspy.errors import one_line
-from amb_dspy.session import TaskSession
+from amb_dspy.errors import AmbError, one_line
+from amb_dspy.task.session import TaskSession
 
 
 def observe_quietly(session: TaskSession, tool: str, arguments: dict[str, Any], result: Any) -> None:
@@ -16,7 +16,7 @@ def observe_quietly(session: TaskSession, tool: str, arguments: dict[str, Any], 
     tool call: it is noted in the session's errors instead."""
     try:
         session.observe(tool, arguments, result if isinstance(result, str) else str(result))
-    except ValueError as exc:  # InputError: the agent keeps its result, memory says why it has none
+    except AmbError as exc:  # e.g. InputError: the agent keeps its result, memory says why it has none
         session.state.errors.append(f"{tool} result not observed: {one_line(exc)}")
 
 
@@ -48,5 +48,6 @@ def observed(func: Callable[..., Any], session: TaskSession, name: str | None = 
 
 
 def error_line(exc: BaseException) -> str:
-    """A memory tool's failure as the one line an agent reads (tools report, they never raise)."""
+    """A memory tool's failure as the one line an agent reads (tools report, they never raise): the
+    framework doors show :class:`~amb_dspy.task.tools.ToolFailure` this way."""
     return f"Error: {one_line(exc)}"

@@ -19,8 +19,8 @@ from typing import Any
 from pydantic_ai import Agent, Tool
 
 from amb_dspy.integrations.observing import error_line, observed
-from amb_dspy.session import TaskSession
-from amb_dspy.tools import DEEP_RETRIEVAL_DESC
+from amb_dspy.task.session import TaskSession
+from amb_dspy.task.tools import TOOLS
 
 
 def memory_instructions(session: TaskSession, instructions: str = "", budget: int | None = None) -> Callable[[], str]:
@@ -32,9 +32,11 @@ def memory_instructions(session: TaskSession, instructions: str = "", budget: in
 
 
 def memory_agent(model: Any, session: TaskSession, *, tools: Sequence[Callable | Tool] = (), instructions: str = "",
-                 budget: int | None = None, **agent_kwargs: Any) -> Agent:
+                 budget: int | None = None, memory_tools: Sequence[str] = ("memory_deep_retrieval",),
+                 **agent_kwargs: Any) -> Agent:
     """A PydanticAI ``Agent`` with ``model`` whose instructions come from ``session`` and whose ``tools``
-    (plain functions or ``Tool`` objects) are observed; ``agent_kwargs`` go to ``Agent`` as they are."""
+    (plain functions or ``Tool`` objects) are observed, with the tool table's ``memory_tools`` (see
+    :mod:`amb_dspy.task.tools`); ``agent_kwargs`` go to ``Agent`` as they are."""
     observed_tools = []
     for tool in tools:
         if isinstance(tool, Tool):
@@ -43,12 +45,8 @@ def memory_agent(model: Any, session: TaskSession, *, tools: Sequence[Callable |
         else:
             observed_tools.append(Tool(observed(tool, session)))
 
-    def memory_deep_retrieval(node_id: str) -> str:
-        try:
-            return session.deep_retrieval(node_id)
-        except ValueError as exc:
-            return error_line(exc)
-
-    observed_tools.append(Tool(memory_deep_retrieval, description=DEEP_RETRIEVAL_DESC))
+    for name in memory_tools:  # the table's tools (the context is already in the instructions)
+        observed_tools.append(Tool(TOOLS[name].bound(lambda: session, on_failure=error_line), name=name,
+                                   description=TOOLS[name].description))
     return Agent(model, instructions=memory_instructions(session, instructions, budget), tools=observed_tools,
                  **agent_kwargs)

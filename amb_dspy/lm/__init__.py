@@ -12,18 +12,26 @@ One module per job:
 * :mod:`~amb_dspy.lm.usage` -- LM calls and tokens per agent, and the cap on calls of a run.
 """
 
-from amb_dspy.lm.agent_lms import AgentLMs, resolve_lms
-from amb_dspy.lm.build import build_lm
-from amb_dspy.lm.errors import LMConfigError
-from amb_dspy.lm.grammar_adapter import GrammarJSONAdapter, adapter_for
-from amb_dspy.lm.introspect import input_window, is_embedded, prompt_budget, reads_images
-from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine, PromptTooLongError, smollm2_path
-from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_NOTICE, LOCAL_SPEC, resolve_lm_spec
-from amb_dspy.lm.usage import AgentUsage, LMCallCapReached, UsageMeter, metered_as
+from __future__ import annotations
 
-__all__ = [
-    "AgentLMs", "AgentUsage", "GGUF_PREFIX", "GrammarJSONAdapter", "LMCallCapReached", "LMConfigError",
-    "LOCAL_MAX_TOKENS", "LOCAL_NOTICE", "LOCAL_SPEC", "LlamaCppEngine", "PromptTooLongError", "UsageMeter",
-    "adapter_for", "build_lm", "input_window", "is_embedded", "metered_as", "prompt_budget", "reads_images", "resolve_lm_spec",
-    "resolve_lms", "smollm2_path",
-]
+import importlib
+from typing import Any
+
+# name -> the module that defines it. Loaded on first use, so that reading a spec or checking a setting
+# (amb_dspy.lm.specs, the CLI before any work) does not import DSPy and LiteLLM.
+_EXPORTS = {
+    "AgentLMs": "agent_lms", "resolve_lms": "agent_lms", "build_lm": "build", "LMConfigError": "errors",
+    "GrammarJSONAdapter": "grammar_adapter", "adapter_for": "grammar_adapter", "input_window": "introspect",
+    "is_embedded": "introspect", "prompt_budget": "introspect", "reads_images": "introspect",
+    "LOCAL_MAX_TOKENS": "llama_engine", "LlamaCppEngine": "llama_engine", "PromptTooLongError": "llama_engine",
+    "smollm2_path": "llama_engine", "GGUF_PREFIX": "specs", "LOCAL_NOTICE": "specs", "LOCAL_SPEC": "specs",
+    "resolve_lm_spec": "specs", "AgentUsage": "usage", "LMCallCapReached": "usage", "UsageMeter": "usage",
+    "metered_as": "usage",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import importlib
-import os
 from typing import TYPE_CHECKING, Any
 
 import dspy
 
+from amb_dspy.config.environment import provider_api_key
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
-from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX
+from amb_dspy.lm.specs import GGUF_PREFIX, LOCAL_SPEC, PYTHON_PREFIX, check_provider
 
 if TYPE_CHECKING:
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import AmbConfig, ModelSettings
 
 def build_lm(spec: str, config: AmbConfig) -> dspy.LM:
     """A ``dspy.LM`` for ``spec``; raises ``LMConfigError`` (one line) when it cannot be built.
@@ -24,15 +24,15 @@ def build_lm(spec: str, config: AmbConfig) -> dspy.LM:
     if not spec:
         raise LMConfigError("empty LM spec: use a DSPy model string, 'local' or 'gguf:PATH'")
     if spec == LOCAL_SPEC:
-        return _embedded_lm(LOCAL_SPEC, config)
+        return _embedded_lm(LOCAL_SPEC, config.models)
     if spec.startswith(PYTHON_PREFIX):
         return _python_lm(spec[len(PYTHON_PREFIX):].strip())
     if spec.startswith(GGUF_PREFIX):
         path = spec[len(GGUF_PREFIX):].strip()
         if not path:
             raise LMConfigError("'gguf:' needs a path, e.g. gguf:models/my-model.gguf")
-        return _embedded_lm(path, config)
-    return _hosted_lm(spec, config)
+        return _embedded_lm(path, config.models)
+    return _hosted_lm(spec, config.models)
 
 
 def _python_lm(target: str) -> dspy.BaseLM:
@@ -50,26 +50,27 @@ def _python_lm(target: str) -> dspy.BaseLM:
     return lm
 
 
-def _hosted_lm(spec: str, config: AmbConfig) -> dspy.LM:
+def _hosted_lm(spec: str, models: ModelSettings) -> dspy.LM:
+    check_provider(spec)
     kwargs: dict[str, Any] = {}
-    api_key = config.llm_api_key
+    api_key = models.llm_api_key
     if not api_key and spec.startswith("deepseek/"):
-        api_key = os.environ.get("DEEPSEEK_API_KEY", "")
+        api_key = provider_api_key("deepseek")
     if api_key:
         kwargs["api_key"] = api_key
-    if config.llm_base_url:
-        kwargs["api_base"] = config.llm_base_url
+    if models.llm_base_url:
+        kwargs["api_base"] = models.llm_base_url
     try:
-        return dspy.LM(spec, temperature=config.temperature, max_tokens=config.max_tokens, **kwargs)
+        return dspy.LM(spec, temperature=models.temperature, max_tokens=models.max_tokens, **kwargs)
     except (ValueError, TypeError) as exc:
         raise LMConfigError(f"cannot use LM {spec!r}: {exc}") from exc
 
 
-def _embedded_lm(gguf: str, config: AmbConfig) -> dspy.LM:
+def _embedded_lm(gguf: str, models: ModelSettings) -> dspy.LM:
     engine = LlamaCppEngine(gguf)
     return dspy.LM(
         engine.model_name,
         engine=engine,
-        temperature=config.temperature,
-        max_tokens=min(config.max_tokens, LOCAL_MAX_TOKENS),
+        temperature=models.temperature,
+        max_tokens=min(models.max_tokens, LOCAL_MAX_TOKENS),
     )

@@ -5,10 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import os
 
 import dspy
 
+from amb_dspy.config.environment import use_bundled_litellm_model_table
 from amb_dspy.lm.llama_engine import LOCAL_MAX_TOKENS, LlamaCppEngine
 
 
@@ -49,8 +49,7 @@ def input_window(lm: dspy.BaseLM) -> int | None:
 @functools.lru_cache(maxsize=64)
 def _model_info(model: str) -> dict:
     """LiteLLM's entry for ``model`` ({} for a model it does not know); asked once per model string."""
-    # LiteLLM fetches its model table from the network at import unless told to use the bundled copy.
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    use_bundled_litellm_model_table()
     try:
         import litellm
 

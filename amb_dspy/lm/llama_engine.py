@@ -15,6 +15,7 @@ from typing import Any
 from dspy import lm15
 from dspy.clients.engines.base import validate_request
 
+from amb_dspy.errors import AmbError
 from amb_dspy.lm import llama_models
 from amb_dspy.lm.errors import LMConfigError
 from amb_dspy.lm.specs import LOCAL_SPEC
@@ -51,7 +52,7 @@ def _checked_gguf(path: Path) -> Path:
     return path
 
 
-class PromptTooLongError(lm15.ContextLengthError):
+class PromptTooLongError(lm15.ContextLengthError, AmbError):
     """A prompt that leaves no room for the answer in the model's context.
 
     DSPy projects it to ``dspy.utils.exceptions.ContextWindowExceededError`` (which ReAct handles by
@@ -104,7 +105,7 @@ class LlamaCppEngine:
         return llama_models.load_llama(str(self.path), self.n_ctx, self.n_threads, self.seed)
 
     def count_tokens(self, text: str) -> int:
-        return len(self.llama.tokenize(text.encode("utf-8"), add_bos=False, special=False))
+        return llama_models.count_tokens(str(self.path), text)  # no model loaded just to count
 
     def complete(self, request: lm15.Request) -> lm15.Response:
         validate_request(request)

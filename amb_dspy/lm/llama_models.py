@@ -29,6 +29,7 @@ CHATML_TEMPLATE = (
 _load_lock = threading.Lock()
 _llamas: dict[str, Any] = {}
 _run_locks: dict[str, threading.Lock] = {}
+_vocab_models: dict[str, Any] = {}  # path -> a model loaded with its vocabulary only (see count_tokens)
 
 
 def load_llama(path: str, n_ctx: int, n_threads: int, seed: int):
@@ -42,6 +43,42 @@ def load_llama(path: str, n_ctx: int, n_threads: int, seed: int):
         return _llamas[path]
 
 
+def count_tokens(path: str, text: str) -> int:
+    """Tokens of ``text`` for the GGUF file at ``path``, exactly as the model would count them.
+
+    With the model loaded, its own tokenizer; else its vocabulary alone, loaded once without weights or a
+    context (milliseconds), so that a bank whose agents never generate (the heuristic policy, ``amb serve
+    --policy heuristic``) sizes its chunks in the model's tokens without loading the model.
+    """
+    data = text.encode("utf-8")
+    llama = _llamas.get(path)
+    if llama is not None:
+        return len(llama.tokenize(data, add_bos=False, special=False))
+    from llama_cpp import llama_cpp as llama_c
+
+    vocab = llama_c.llama_model_get_vocab(_vocab_model(path))
+    return -llama_c.llama_tokenize(vocab, data, len(data), None, 0, False, False)  # no room: minus the count
+
+
+def _vocab_model(path: str):
+    with _load_lock:
+        if path not in _vocab_models:
+            from llama_cpp import llama_cpp as llama_c
+
+            quiet = logging.getLogger("llama-cpp-python")  # what Llama(verbose=False) sets: no load report
+            if quiet.level == logging.NOTSET:
+                quiet.setLevel(logging.ERROR)
+            params = llama_c.llama_model_default_params()
+            params.vocab_only = True
+            model = llama_c.llama_model_load_from_file(path.encode("utf-8"), params)
+            if not model:
+                raise LMConfigError(f"llama.cpp cannot read the vocabulary of {path}")
+            if not _llamas and not _vocab_models:
+                atexit.register(_close_llamas)
+            _vocab_models[path] = model
+        return _vocab_models[path]
+
+
 def run_lock(path: str) -> threading.Lock:
     """One generation at a time per model: a llama.cpp context is not thread-safe."""
     return _run_locks[path]
@@ -53,6 +90,12 @@ def _close_llamas() -> None:
     for llama in _llamas.values():
         llama.close()
     _llamas.clear()
+    if _vocab_models:
+        from llama_cpp import llama_cpp as llama_c
+
+        for model in _vocab_models.values():
+            llama_c.llama_model_free(model)
+        _vocab_models.clear()
 
 
 def _new_llama(path: str, n_ctx: int, n_threads: int, seed: int):

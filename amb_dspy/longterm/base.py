@@ -15,8 +15,12 @@ The design's four memory kinds group them (:data:`MEMORY_KINDS`), each with its 
 facts (``fact``: one merged statement), task traces (``conclusion``: merged statement; ``trajectory``:
 append) and tool effects (``tool_effect``: append).
 
-:class:`LongTermStore` holds everything the backends share: validation, embedding, merging of
-near-duplicates before a write, scoring, and the audit trail. A backend (:mod:`.sqlite`,
+:class:`LongTermStore` holds everything the backends share: validation (:mod:`.checks`), embedding,
+merging of near-duplicates before a write, scoring, and the audit trail; the records themselves are in
+:mod:`.items`. Every write passes the store's own policies, whichever door it came through: redaction
+(``redactor``, set by :func:`~amb_dspy.longterm.registry.open_store` when ``config.redact`` is on) and,
+for an embedded store, the :class:`~amb_dspy.longterm.ledger.Ledger` (its writers' lock around the merge
+check and the change, and the item count it checks on open). A backend (:mod:`.sqlite`,
 :mod:`.chroma`) implements a handful of storage primitives, the ``_``-prefixed abstract methods, and
 applies each :class:`Change` all or nothing; adding a backend (Qdrant, say) means writing those and
 one line in :mod:`.registry`.
@@ -28,14 +32,23 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
+from amb_dspy.longterm.checks import (  # noqa: F401 - MAX_CONTENT_CHARS is part of this module's surface
+    KINDS,
+    MAX_CONTENT_CHARS,
+    Kind,
+    check_content,
+    check_kind,
+    check_namespace,
+)
 from amb_dspy.longterm.errors import ItemNotFoundError, LongTermInputError
+from amb_dspy.longterm.items import AuditAction, AuditRecord, ItemMetadata, MemoryItem, SourceSpan  # noqa: F401
+from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.longterm.merge import DEDUP_THRESHOLD, Merger, merge_items
 from amb_dspy.longterm.scoring import (
     ScoreWeights,
@@ -45,110 +58,18 @@ from amb_dspy.longterm.scoring import (
     hybrid_similarity,
     overlap,
     score,
-    source_boost,
 )
 from amb_dspy.longterm.statements import different_facts
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
 
-Kind = Literal["conclusion", "trajectory", "preference", "fact", "tool_effect"]
-KINDS: tuple[Kind, ...] = ("conclusion", "trajectory", "preference", "fact", "tool_effect")
 MemoryKind = Literal["profile", "domain", "trace", "tool"]
 # The design's memory kinds and the item kinds that hold each.
 MEMORY_KINDS: dict[MemoryKind, tuple[Kind, ...]] = {
     "profile": ("preference",), "domain": ("fact",), "trace": ("conclusion", "trajectory"), "tool": ("tool_effect",)}
-AuditAction = Literal["write", "merge", "update", "delete", "prune"]
 
-MAX_CONTENT_CHARS = 32_000
-MAX_NAMESPACE_CHARS = 200
 _DEDUP_CANDIDATES = 5
 _MIN_SEARCH_POOL = 32
-
-
-class SourceSpan(BaseModel):
-    """Where an item's content came from: a source (URL, file, corpus id) and, if known, a quote."""
-
-    model_config = ConfigDict(frozen=True)
-
-    source: str
-    quote: str = ""
-    start: int | None = None
-    end: int | None = None
-
-
-class ItemMetadata(BaseModel):
-    """Provenance of an item. Merges take the union of both items' lists."""
-
-    model_config = ConfigDict(frozen=True)
-
-    source_task_id: str = ""
-    task_ids: tuple[str, ...] = ()
-    node_ids: tuple[str, ...] = ()
-    source_spans: tuple[SourceSpan, ...] = ()
-    citations: tuple[str, ...] = ()
-    extra: dict[str, str] = Field(default_factory=dict)
-
-    def merged_with(self, newer: ItemMetadata) -> ItemMetadata:
-        def union(a: Iterable, b: Iterable) -> tuple:
-            return tuple(dict.fromkeys([*a, *b]))
-
-        return ItemMetadata(
-            source_task_id=self.source_task_id or newer.source_task_id,
-            task_ids=union(self.task_ids, newer.task_ids),
-            node_ids=union(self.node_ids, newer.node_ids),
-            source_spans=union(self.source_spans, newer.source_spans),
-            citations=union(self.citations, newer.citations),
-            extra={**self.extra, **newer.extra},
-        )
-
-    def with_task(self, task_id: str) -> ItemMetadata:
-        """The same provenance, naming ``task_id`` too (as the source task if there is none yet)."""
-        if not task_id or task_id in self.task_ids:
-            return self
-        return self.model_copy(update={"source_task_id": self.source_task_id or task_id,
-                                       "task_ids": (*self.task_ids, task_id)})
-
-    def boost(self) -> float:
-        return source_boost(spans=len(self.source_spans), node_ids=len(self.node_ids),
-                            citations=len(self.citations))
-
-
-class MemoryItem(BaseModel):
-    """One long-term memory. ``source_boost`` and ``updated_at`` are the score's stored inputs."""
-
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    namespace: str
-    content: str
-    kind: Kind
-    metadata: ItemMetadata = Field(default_factory=ItemMetadata)
-    created_at: float = Field(description="POSIX seconds")
-    updated_at: float = Field(description="POSIX seconds; a merge or an update renews it")
-    source_boost: float = Field(0.0, ge=0.0, le=1.0)
-
-    @property
-    def updated(self) -> datetime:
-        return datetime.fromtimestamp(self.updated_at, tz=timezone.utc)
-
-    @property
-    def created(self) -> datetime:
-        return datetime.fromtimestamp(self.created_at, tz=timezone.utc)
-
-
-class AuditRecord(BaseModel):
-    """One audit row: what happened to which item, when, in which task, and why."""
-
-    model_config = ConfigDict(frozen=True)
-
-    at: float
-    action: AuditAction
-    item_id: str
-    namespace: str
-    kind: Kind
-    task_id: str = ""
-    reason: str = ""
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -182,29 +103,6 @@ class Change:
     audit: list[AuditRecord] = field(default_factory=list)
 
 
-def check_namespace(namespace: str) -> str:
-    if not isinstance(namespace, str) or not namespace.strip():
-        raise LongTermInputError("the namespace is empty")
-    if len(namespace) > MAX_NAMESPACE_CHARS or not namespace.isprintable():
-        raise LongTermInputError(f"namespace {namespace[:40]!r}: at most {MAX_NAMESPACE_CHARS} printable characters")
-    return namespace
-
-
-def check_kind(kind: str) -> Kind:
-    if kind not in KINDS:
-        raise LongTermInputError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    return kind  # type: ignore[return-value]
-
-
-def check_content(content: str) -> str:
-    content = (content or "").strip()
-    if not content:
-        raise LongTermInputError("the content is empty")
-    if len(content) > MAX_CONTENT_CHARS:
-        raise LongTermInputError(f"the content has {len(content)} characters, over the {MAX_CONTENT_CHARS} limit")
-    return content
-
-
 class LongTermStore(ABC):
     """Write, search, update, delete and list long-term items; every change leaves an audit row.
 
@@ -222,6 +120,10 @@ class LongTermStore(ABC):
         self.alpha = alpha
         self.dedup_threshold = dedup_threshold
         self.clock = clock
+        # Set by the backend (an embedded store's item count and writers' lock) and by
+        # registry.open_store (config.redact): every write of this store goes through both.
+        self.ledger: Ledger | None = None
+        self.redactor: Callable[[str], str] | None = None
 
     # --- the interface -----------------------------------------------------------------------
     def write(self, namespace: str, content: str, kind: str, *, metadata: ItemMetadata | None = None,
@@ -233,9 +135,14 @@ class LongTermStore(ABC):
         and conclusions: ``merge(old, new) -> str`` when given (an LM), else a heuristic
         (:func:`amb_dspy.longterm.merge.heuristic_merge`).
         """
-        namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(content)
-        metadata = (metadata or ItemMetadata()).with_task(task_id)
+        namespace, kind, content = check_namespace(namespace), check_kind(kind), check_content(self._private(content))
+        metadata = self._private_metadata(metadata or ItemMetadata()).with_task(task_id)
         vector = self._embed(content)
+        with self._writing():  # the merge check and the change, as one step among processes
+            return self._write(namespace, content, kind, metadata, vector, task_id, self._private(reason), merge)
+
+    def _write(self, namespace: str, content: str, kind: Kind, metadata: ItemMetadata, vector: np.ndarray,
+               task_id: str, reason: str, merge: Merger | None) -> WriteOutcome:
         duplicate, similarity = self._closest(namespace, content, kind, vector)
         now = self.clock()
         close = duplicate is not None and similarity >= self.dedup_threshold
@@ -243,7 +150,7 @@ class LongTermStore(ABC):
         if merged_content is None:  # nothing close enough, or too long to be one statement
             item = MemoryItem(id=uuid.uuid4().hex, namespace=namespace, content=content, kind=kind,
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
-            self._apply(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))
+            self._commit(Change(added=[(item, vector)], audit=[self._record("write", item, task_id, reason)]))
             return WriteOutcome(item, "added", similarity)
         merged_content = check_content(merged_content)
         merged_metadata = duplicate.metadata.merged_with(metadata)
@@ -251,7 +158,7 @@ class LongTermStore(ABC):
                                               "updated_at": now, "source_boost": merged_metadata.boost()})
         new_vector = vector if merged_content == content else self._embed(merged_content)
         detail = f"similarity {similarity:.3f}; merged statement: {content[:200]}"
-        self._apply(Change(replaced=[(merged, new_vector)],
+        self._commit(Change(replaced=[(merged, new_vector)],
                            audit=[self._record("merge", merged, task_id, reason, detail)]))
         return WriteOutcome(merged, "merged", similarity)
 
@@ -259,7 +166,7 @@ class LongTermStore(ABC):
                  reason: str = "bulk load", vectors: np.ndarray | None = None) -> list[MemoryItem]:
         """Add items as they are, without merging (imports and bulk loads), in one change."""
         namespace, kind = check_namespace(namespace), check_kind(kind)
-        contents = [check_content(c) for c in contents]
+        contents = [check_content(self._private(c)) for c in contents]
         if not contents:
             return []
         vectors = self.embedder.embed(contents) if vectors is None else np.asarray(vectors, dtype=np.float32)
@@ -273,7 +180,7 @@ class LongTermStore(ABC):
                               metadata=metadata, created_at=now, updated_at=now, source_boost=metadata.boost())
             change.added.append((item, vector))
             change.audit.append(self._record("write", item, task_id, reason))
-        self._apply(change)
+        self._commit(change)
         return [item for item, _ in change.added]
 
     def search(self, namespace: str, query: str, *, k: int = 5, kinds: Iterable[str] | None = None,
@@ -308,18 +215,19 @@ class LongTermStore(ABC):
         item = self.get(namespace, item_id)
         changes: dict = {"updated_at": self.clock()}
         if content is not None:
-            changes["content"] = check_content(content)
+            changes["content"] = check_content(self._private(content))
         if metadata is not None:
+            metadata = self._private_metadata(metadata)
             changes.update(metadata=metadata, source_boost=metadata.boost())
         updated = item.model_copy(update=changes)
         vector = self._embed(updated.content)
-        self._apply(Change(replaced=[(updated, vector)], audit=[self._record("update", updated, task_id, reason)]))
+        self._commit(Change(replaced=[(updated, vector)], audit=[self._record("update", updated, task_id, reason)]))
         return updated
 
     def delete(self, namespace: str, item_id: str, *, task_id: str = "", reason: str = "") -> MemoryItem:
         """Remove an item from the store and from search; the audit row stays."""
         item = self.get(namespace, item_id)
-        self._apply(Change(removed=[item], audit=[self._record("delete", item, task_id, reason, item.content[:200])]))
+        self._commit(Change(removed=[item], audit=[self._record("delete", item, task_id, reason, item.content[:200])]))
         return item
 
     def prune(self, namespace: str, *, older_than_days: float, kind: str | None = None, task_id: str = "",
@@ -331,7 +239,7 @@ class LongTermStore(ABC):
         stale = [item for item in self.list(namespace, kind=kind) if item.updated_at < cutoff]
         reason = reason or f"not updated for {older_than_days:g} days"
         if stale:
-            self._apply(Change(removed=stale, audit=[self._record("prune", i, task_id, reason, i.content[:200])
+            self._commit(Change(removed=stale, audit=[self._record("prune", i, task_id, reason, i.content[:200])
                                                      for i in stale]))
         return stale
 
@@ -355,6 +263,24 @@ class LongTermStore(ABC):
         self.close()
 
     # --- shared helpers ----------------------------------------------------------------------
+    def _private(self, text: str) -> str:
+        """``text`` as this store keeps it: redacted when the store redacts (config.redact)."""
+        return self.redactor(text) if self.redactor and text else text
+
+    def _private_metadata(self, metadata: ItemMetadata) -> ItemMetadata:
+        return metadata.redacted(self._private) if self.redactor else metadata
+
+    def _writing(self):
+        """The writers' lock of an embedded store (no-op for a server, which orders writes itself)."""
+        return self.ledger.writing() if self.ledger else nullcontext()
+
+    def _commit(self, change: Change) -> None:
+        """Apply ``change`` and, for an embedded store, record its new item count in the ledger."""
+        with self._writing():
+            self._apply(change)
+            if self.ledger is not None:
+                self.ledger.record(self._count())
+
     def _embed(self, text: str) -> np.ndarray:
         return np.asarray(self.embedder.embed([text])[0], dtype=np.float32)
 
@@ -398,3 +324,7 @@ class LongTermStore(ABC):
 
     @abstractmethod
     def _audit_rows(self, namespace: str, item_id: str | None) -> list[AuditRecord]: ...
+
+    def _count(self) -> int:
+        """How many items the whole store holds (a backend with a ledger implements it)."""
+        raise NotImplementedError

@@ -45,6 +45,7 @@ from amb_dspy.longterm.base import (
 )
 from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.errors import unavailable_on_error as _opening
+from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.retrieval.embedding import Embedder
 
 ITEMS_PREFIX = "amb-lt-"
@@ -117,10 +118,20 @@ class ChromaStore(LongTermStore):
         """Chroma embedded in this process, persisted in the folder ``path``."""
         path = Path(path)
         chromadb = _chromadb()
-        with _opening(str(path)):
+        ledger = Ledger(path)
+        # checked and created with no write of another process in between
+        with _opening(str(path)), ledger.writing():
+            ledger.check_files(path / "chroma.sqlite3")
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=_settings())
-        return cls(client, str(path), embedder, **options)
+            store = cls(client, str(path), embedder, **options)
+            try:
+                ledger.check_count(store._count())
+            except StoreUnavailableError:
+                store.close()
+                raise
+        store.ledger = ledger
+        return store
 
     @classmethod
     def http(cls, url: str, embedder: Embedder, **options) -> ChromaStore:
@@ -248,6 +259,10 @@ class ChromaStore(LongTermStore):
         metas = [meta for found in self._pages(self._audit_collection, where, ["metadatas"]) for meta in found["metadatas"]]
         metas.sort(key=lambda meta: (meta["at"], meta.get("seq", 0)))
         return [AuditRecord(**{k: v for k, v in meta.items() if k != "seq"}) for meta in metas]
+
+    def _count(self) -> int:
+        with self._reaching():
+            return sum(c.count() for c in self._client.list_collections() if c.name != AUDIT)
 
     def _pages(self, collection, where: dict | None, include: list[str]) -> list[dict]:
         pages, offset = [], 0

@@ -45,6 +45,7 @@ class DualStore(LongTermStore):
         super().__init__(local.embedder, weights=local.weights, alpha=local.alpha,
                          dedup_threshold=local.dedup_threshold, clock=local.clock)
         self.local, self.remote = local, remote
+        self.ledger, self.redactor = local.ledger, local.redactor  # the local store's lock, count and redaction
         self.journal = Path(journal)
         self.notices: list[str] = []
 
@@ -71,6 +72,9 @@ class DualStore(LongTermStore):
             except LongTermError as exc:
                 self._lost_remote(exc)
         self._write_journal(change)
+
+    def _count(self) -> int:
+        return self.local._count()
 
     def _nearest(self, namespace: str, kinds: Sequence[Kind], vector: np.ndarray, text: str,
                  n: int) -> list[tuple[MemoryItem, float]]:

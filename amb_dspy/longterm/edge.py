@@ -32,6 +32,7 @@ import numpy as np
 
 from amb_dspy.longterm.base import AuditRecord, Change, Kind, LongTermStore, MemoryItem
 from amb_dspy.longterm.errors import StoreUnavailableError, unavailable_on_error
+from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.longterm.nearest import NearestIndex
 from amb_dspy.longterm.qdrant import FOLDER_NAME, point_id, unit
 from amb_dspy.retrieval.embedding import Embedder
@@ -44,6 +45,7 @@ _META_ID = point_id("edge meta")  # the id space of every amb point (the same id
 _PAGE = 2_000
 _OPEN: dict[str, _Folder] = {}
 _OPEN_LOCK = threading.Lock()
+OPEN_TIMEOUT_S = 30.0  # how long an open waits for another process to let go of the folder
 
 
 def _edge():
@@ -103,6 +105,7 @@ class _Folder:
         self.where, self.shard, self.dim = where, shard, dim
         self.lock = threading.RLock()
         self.users = 0
+        self.release_owner: Callable[[], None] = lambda: None  # the hold on the folder among processes
         self.indexes: dict[tuple[str, str], NearestIndex] = {}
         self.load()
 
@@ -157,12 +160,13 @@ class QdrantEdgeStore(LongTermStore):
     @classmethod
     def local(cls, path: str | Path, embedder: Embedder, **options) -> QdrantEdgeStore:
         """The store on the folder ``path`` (created if missing), shared by every store of this process there."""
-        key = str(Path(path).resolve())
+        key, ledger = str(Path(path).resolve()), Ledger(Path(path))
         with _OPEN_LOCK, unavailable_on_error(str(path), "cannot open"):
-            folder = _OPEN.get(key) or _open_folder(Path(key), str(path), embedder.dim)
+            folder = _OPEN.get(key) or _open_waiting(Path(key), str(path), embedder.dim, ledger)
             if folder.dim != embedder.dim:
                 if folder.users == 0:
                     folder.shard.close()
+                    folder.release_owner()
                 raise StoreUnavailableError(f"long-term store {path}: holds {folder.dim}-d embeddings, "
                                             f"the embedder gives {embedder.dim}-d")
             _OPEN[key] = folder
@@ -176,8 +180,16 @@ class QdrantEdgeStore(LongTermStore):
                     with folder.lock:
                         folder.shard.flush()
                         folder.shard.close()
+                    folder.release_owner()
 
-        return cls(folder, embedder, release, **options)
+        store = cls(folder, embedder, release, **options)
+        try:
+            ledger.check_count(store._count())
+        except StoreUnavailableError:
+            store.close()
+            raise
+        store.ledger = ledger
+        return store
 
     def _reaching(self, doing: str = ""):
         if self._closed:
@@ -252,12 +264,33 @@ class QdrantEdgeStore(LongTermStore):
         rows.sort(key=lambda row: (row[0].at, row[1]))
         return [record for record, _ in rows]
 
+    def _count(self) -> int:
+        with self._folder.lock:
+            return sum(len(index) for index in self._folder.indexes.values())
+
     def close(self) -> None:
         with self._folder.lock:
             if self._closed:
                 return
             self._closed = True
         self._release()
+
+
+def _open_waiting(path: Path, where: str, dim: int, ledger: Ledger) -> _Folder:
+    """Open the folder for this process alone, waiting up to ``OPEN_TIMEOUT_S`` for another process to let
+    go of it (then one line naming that process); a shard that is gone or damaged is refused with how to recover."""
+    release = ledger.own(OPEN_TIMEOUT_S, "Qdrant's local mode allows one process at a time; a Qdrant server allows more")
+    try:
+        ledger.check_files(path / SHARD / "edge_config.json")
+        folder = _open_folder(path, where, dim)
+    except Exception as exc:  # noqa: BLE001 - the shard's own error, made one line
+        release()
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        if isinstance(exc, StoreUnavailableError) or not ledger.recorded():
+            raise
+        raise ledger.refuse(f"cannot open it ({why})") from None
+    folder.release_owner = release
+    return folder
 
 
 def _open_folder(path: Path, where: str, dim: int) -> _Folder:

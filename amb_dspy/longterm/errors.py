@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from amb_dspy.errors import UserError
 
-class LongTermError(Exception):
+
+class LongTermError(UserError):
     """A long-term memory problem; the message is one line saying what and why."""
 
 

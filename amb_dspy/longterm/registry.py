@@ -7,7 +7,8 @@ it is embedded (Qdrant's: a Qdrant Edge shard, :mod:`.edge`). Embedded stores li
 
 :func:`open_store_with_fallback` is what a run uses: a configured backend that cannot be reached
 gives way to the local SQLite store (one notice says so), and ``AMB_LONGTERM_DUAL_WRITE=1`` writes
-both (:mod:`.dual`), catching the server up on the next connection.
+both (:mod:`.dual`), catching the server up on the next connection. With ``AMB_REDACT=1`` (``config.redact``)
+the opened store redacts everything it writes, whichever door the write came through.
 
 A new backend is one function here that builds it from the configuration, plus its module.
 """
@@ -61,9 +62,19 @@ def open_store(config: AmbConfig | None = None, *, embedder: Embedder | None = N
     if embedder is None:
         from amb_dspy.retrieval.embedding import default_embedder
 
-        embedder = default_embedder()
+        embedder = default_embedder(config=config)
     options.setdefault("alpha", config.retrieval_alpha)
-    return BACKENDS[backend](config, embedder, options)
+    store = BACKENDS[backend](config, embedder, options)
+    if config.redact:  # a property of the store's write path: every door that writes through it redacts
+        store.redactor = redacting()
+    return store
+
+
+def redacting(region: str = "US") -> Callable[[str], str]:
+    """The redaction a store with ``config.redact`` applies to every text it writes."""
+    from amb_dspy.longterm.redact import redact
+
+    return lambda text: redact(text, region=region).text
 
 
 def open_store_or_notice(config: AmbConfig | None = None, *, embedder: Embedder | None = None,
@@ -89,7 +100,7 @@ def open_store_with_fallback(config: AmbConfig | None = None, *, embedder: Embed
     if embedder is None:
         from amb_dspy.retrieval.embedding import default_embedder
 
-        embedder = default_embedder()
+        embedder = default_embedder(config=config)
     local_config = config.model_copy(update={"longterm_backend": "sqlite", "longterm_url": ""})
     try:
         remote, unreachable = open_store(config, embedder=embedder, **options), None

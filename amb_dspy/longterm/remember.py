@@ -4,7 +4,8 @@ Inputs are plain data (strings, lists, dicts), not the bank's types, so that thi
 move when they do:
 
 * :func:`remember_task` writes what a finished task produced: its goal and answer with citations as a
-  ``conclusion``, what each successful subtask found as a ``fact``, and how the task went (subtasks and
+  ``conclusion``, what each successful subtask found as a ``fact`` (its question with its answer, so that
+  it reads alone), and how the task went (subtasks and
   hops, success or failure) as a ``trajectory``, and what each tool call of the hop record did (the
   query run, the page read) as a ``tool_effect``, everything redacted first when asked;
 * :func:`recall` finds the items worth showing for a new task, over a minimum score and within a
@@ -28,8 +29,10 @@ from amb_dspy.longterm.base import (
     SourceSpan,
     WriteOutcome,
 )
+from amb_dspy.longterm.checks import fit_content
 from amb_dspy.longterm.merge import Merger
 from amb_dspy.longterm.redact import redact as redact_text
+from amb_dspy.retrieval.keyword import tokenize
 
 # From bench/longterm.py on HotpotQA dev: 90% of paraphrased or follow-up questions score their own
 # earlier conclusion at 0.62 or more, and 90% of questions never asked get no item over 0.51.
@@ -114,6 +117,19 @@ def tool_effects(hops: Sequence[Mapping[str, Any] | str]) -> list[str]:
     return list(dict.fromkeys(effects))
 
 
+def self_contained(question: str, answer: str) -> str:
+    """A fact that reads alone: an answer that does not say what it answers gets its question in front
+    ("Which river flows through Marrowick? The Sennet."); one holding most of the question's words
+    ("The Seine flows through Paris.") is kept as it is."""
+    question, answer = " ".join(question.split()), answer.strip()
+    asked = set(tokenize(question))
+    if not asked or len(asked & set(tokenize(answer))) * 2 >= len(asked):
+        return answer
+    if answer[-1] not in ".!?":
+        answer += "."
+    return f"{question}{'' if question[-1] in '.!?:' else ':'} {answer}"
+
+
 def _succeeded(answer: str, completed_tasks: Sequence[Mapping[str, Any]]) -> bool:
     return bool(answer.strip()) and all(str(t.get("status", "success")).lower() == "success" for t in completed_tasks)
 
@@ -145,14 +161,16 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
     if goal and answer and "conclusion" in wanted:
         metadata = ItemMetadata(node_ids=tuple(dict.fromkeys(node_ids)), source_spans=tuple(spans),
                                 citations=tuple(dict.fromkeys(plain)))
-        outcomes.append(store.write(namespace, f"Question: {goal}\nAnswer: {answer}", "conclusion",
+        outcomes.append(store.write(namespace, fit_content(f"Question: {goal}\nAnswer: {answer}"), "conclusion",
                                     metadata=metadata, task_id=task_id, reason="conclusion of a finished task",
                                     merge=merge))
     for task in completed_tasks if "fact" in wanted else ():
         context = clean(str(task.get("context") or "").strip())
         if context and str(task.get("status", "success")).lower() == "success":
-            metadata = ItemMetadata(extra={"subtask": clean(str(task.get("description") or ""))})
-            outcomes.append(store.write(namespace, context, "fact", metadata=metadata, task_id=task_id,
+            description = clean(str(task.get("description") or ""))
+            metadata = ItemMetadata(extra={"subtask": description})
+            fact = fit_content(self_contained(description if description.endswith("?") else goal, context))
+            outcomes.append(store.write(namespace, fact, "fact", metadata=metadata, task_id=task_id,
                                         reason="finding of a completed subtask", merge=merge))
     if (completed_tasks or hops) and "trajectory" in wanted:
         status = "success" if _succeeded(answer, completed_tasks) else "failure"
@@ -161,7 +179,7 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
                   for i, t in enumerate(completed_tasks, 1)]
         lines += [clean(_hop_line(i, hop)) for i, hop in enumerate(hops, 1)]
         metadata = ItemMetadata(extra={"status": status})
-        outcomes.append(store.write(namespace, "\n".join(lines), "trajectory", metadata=metadata, task_id=task_id,
+        outcomes.append(store.write(namespace, fit_content("\n".join(lines)), "trajectory", metadata=metadata, task_id=task_id,
                                     reason=f"trajectory of a finished task ({status})"))
     for effect in tool_effects(hops) if "tool_effect" in wanted else ():
         outcomes.append(store.write(namespace, clean(effect), "tool_effect", task_id=task_id,

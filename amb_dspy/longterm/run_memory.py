@@ -17,7 +17,6 @@ from typing import Any
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.longterm.errors import LongTermError
-from amb_dspy.longterm.redact import redact
 from amb_dspy.longterm.registry import open_store_with_fallback, store_exists
 from amb_dspy.longterm.remember import DEFAULT_RECALL_K, recall, remember_task
 from amb_dspy.longterm.route import RouteDecision, Router, route, told_statements
@@ -90,14 +89,13 @@ def remember_run(config: AmbConfig, embedder: Embedder, *, task_id: str, goal: s
     if store is None:
         return decision, [f"not remembered: {notice}"]
     try:
-        told = [(kind, redact(statement).text if config.redact else statement)
-                for kind, statement in told_statements(goal) if kind in decision.kinds]
+        told = [(kind, statement) for kind, statement in told_statements(goal) if kind in decision.kinds]
         for namespace in decision.namespaces:
             for kind, statement in told:  # the message's own sentences that are a preference or a fact
                 store.write(namespace, statement, kind, task_id=task_id, reason="; ".join(decision.reasons))
             remember_task(store, namespace=namespace, task_id=task_id, goal=goal, answer=answer,
                           citations=citations, completed_tasks=completed_tasks, hops=hops,
-                          redact=config.redact, kinds=decision.kinds)
+                          kinds=decision.kinds)  # the store redacts when config.redact is on
         return decision, notices + _store_notices(store)
     except LongTermError as exc:  # the answer stands; the memory write is reported
         return decision, [*notices, f"not remembered: {exc}"]

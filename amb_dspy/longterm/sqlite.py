@@ -29,6 +29,7 @@ from amb_dspy.longterm.base import (
     MemoryItem,
 )
 from amb_dspy.longterm.errors import StoreUnavailableError
+from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 
@@ -92,21 +93,32 @@ class SQLiteStore(LongTermStore):
         self._lock = threading.RLock()
         self._indexes: dict[tuple[str, str], HybridIndex] = {}
         self._db: sqlite3.Connection | None = None
+        ledger = Ledger(self.path)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=busy_timeout_s)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._check_version()
-            with self._db:
-                self._db.executescript(_SCHEMA)
-                self._check_dimension()
-            self._load()
+            with ledger.writing():  # checked and created with no write of another process in between
+                self._open(ledger, busy_timeout_s)
+            self.ledger = ledger
         except (sqlite3.Error, OSError) as exc:
             self.close()
             raise StoreUnavailableError(f"long-term store {self.path}: cannot open ({exc})") from None
         except StoreUnavailableError:
             self.close()
             raise
+
+    def _open(self, ledger: Ledger, busy_timeout_s: float) -> None:
+        """Open (or create) the file, refusing one cut to 0 bytes or holding fewer items than its ledger."""
+        if self.path.is_file() and self.path.stat().st_size == 0:
+            raise ledger.refuse("the file is empty (0 bytes), not a SQLite database")
+        ledger.check_files(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, timeout=busy_timeout_s)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._check_version()
+        with self._db:
+            self._db.executescript(_SCHEMA)
+            self._check_dimension()
+        self._load()
+        ledger.check_count(self._count())
 
     def _check_version(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
@@ -237,6 +249,9 @@ class SQLiteStore(LongTermStore):
         columns = _AUDIT_COLUMNS.split(", ")
         return self._reading(lambda: [AuditRecord(**dict(zip(columns, row))) for row in self._db.execute(
             f"SELECT {_AUDIT_COLUMNS} FROM audit WHERE {where} ORDER BY seq", args)])
+
+    def _count(self) -> int:
+        return self._reading(lambda: self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0])
 
     def close(self) -> None:
         """Close the file; later calls raise StoreUnavailableError ("closed database")."""

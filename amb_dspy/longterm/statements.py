@@ -27,10 +27,10 @@ from __future__ import annotations
 import re
 
 from amb_dspy.retrieval.keyword import tokenize
+from amb_dspy.text import split_sentences
+from amb_dspy.text import words as split_words
 
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])")
-_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 _NEGATION = re.compile(r"\b(not|no|never|none|nor|neither|nobody|nothing|nowhere|without|cannot)\b|n['’]t\b",
                        re.IGNORECASE)
 # Lower-case words that may link the capitalised words of one name ("Conservatoire de Paris", "Duke of York").
@@ -41,7 +41,7 @@ NAME_PRESENT_SHARE = 0.5
 
 def sentences(text: str) -> list[str]:
     """Split at sentence ends followed by a capital letter or a digit (keeps "U.S. law" whole often enough)."""
-    return [s.strip() for s in _SENTENCE_END.split(text.strip()) if s.strip()]
+    return [s.strip() for s in split_sentences(text.strip(), rule="capital") if s.strip()]
 
 
 def numbers(text: str) -> set[str]:
@@ -65,7 +65,7 @@ def negated(text: str) -> bool:
 
 def words(text: str) -> set[str]:
     """Every word of ``text``, lower-cased, stop words included."""
-    return {w.lower() for w in _WORD.findall(text)}
+    return {w.lower() for w in split_words(text, "contraction")}
 
 
 def _name_follows(tokens: list[str], at: int) -> bool:
@@ -80,7 +80,7 @@ def names(text: str) -> list[tuple[str, ...]]:
     first word of a sentence ("The", "He", "Wolff's") is not taken for a name."""
     found = []
     for sentence in sentences(text):
-        tokens = _WORD.findall(sentence)
+        tokens = split_words(sentence, "contraction")
         run: list[str] = []
         start = 0
         for i, token in enumerate([*tokens, ""]):

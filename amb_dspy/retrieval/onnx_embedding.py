@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from amb_dspy.config.environment import user_cache_dir
 from amb_dspy.files import new_temp_beside, replace_with
 from amb_dspy.notices import Notify, notice
 from amb_dspy.retrieval.embedding_base import (
@@ -116,7 +117,7 @@ class OnnxEmbedder(CachingEmbedder):
                  threads: int = 0, notify: Notify = notice):
         super().__init__(batch_size=batch_size, cache_size=cache_size)
         self.model_dir = Path(model_dir) if model_dir else None
-        self.cache_dir = Path(cache_dir) if cache_dir else Path("~/.cache/amb-dspy")
+        self.cache_dir = Path(cache_dir) if cache_dir else user_cache_dir() / "amb-dspy"
         self.onnx_path = Path(onnx_path) if onnx_path else None
         self.threads = threads  # 0: ONNX Runtime's choice (one per physical core)
         self.notify = notify
@@ -193,10 +194,10 @@ class OnnxEmbedder(CachingEmbedder):
 
 def main() -> None:
     """Export the bundled model once (``make install`` runs this), into AMB_CACHE_DIR or ~/.cache/amb-dspy."""
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import PathSettings
 
     model_dir = bundled_minilm_dir()
-    path = onnx_model_path(model_dir, AmbConfig().cache_dir)
+    path = onnx_model_path(model_dir, PathSettings().cache_dir)
     if path.is_file():
         print(f"ONNX embedding model already exported: {path}")
         return

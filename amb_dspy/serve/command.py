@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from pathlib import Path
 
 import typer
+
+# Where each MCP client reads the JSON that --print-config writes (Claude Desktop: macOS, Windows).
+CLIENT_CONFIG_FILES = {
+    "claude": "~/Library/Application Support/Claude/claude_desktop_config.json or %APPDATA%\\Claude\\claude_desktop_config.json",
+    "cursor": "~/.cursor/mcp.json (every project) or .cursor/mcp.json (this project)",
+}
 
 
 def serve_command(
@@ -17,27 +25,64 @@ def serve_command(
     max_tasks: int = typer.Option(256, "--max-tasks", min=1, help="tasks open at once"),
     remember: bool = typer.Option(False, "--remember", help="memory_end_task writes to long-term memory unless told otherwise"),
     namespace: str | None = typer.Option(None, "--namespace", help="the default long-term memory namespace"),
+    allow_dir: list[Path] = typer.Option([], "--allow-dir", help="a folder beyond STORAGE_DIR that memory_start_task may read bank files from (repeatable)"),
+    print_config: str | None = typer.Option(None, "--print-config", help="print the MCP config for claude or cursor that starts this server (this install, absolute paths) and exit"),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
-    from amb_dspy.errors import one_line
+    from amb_dspy.errors import InputError, UserError, one_line
 
+    config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None)
+    if print_config is not None:
+        flags = [*(["--lm", lm] if lm else []), *(["--policy", policy] if policy else []),
+                 *(["--compiled", str(Path(compiled).resolve())] if compiled else []),
+                 *(["--namespace", namespace] if namespace else []), *(["--remember"] if remember else []),
+                 *[flag for folder in allow_dir for flag in ("--allow-dir", str(folder.resolve()))]]
+        typer.echo(client_config(print_config, flags))
+        return
     try:
         from amb_dspy.bank import MemoryBank
-        from amb_dspy.config import AmbConfig
         from amb_dspy.serve.server import serve
 
-        overrides = {k: v for k, v in {"lm": lm, "policy": policy, "namespace": namespace}.items() if v is not None}
-        if remember:
-            overrides["remember"] = True
-        bank = MemoryBank(AmbConfig(**overrides), compiled=compiled)
+        for folder in allow_dir:
+            if not folder.is_dir():
+                raise InputError(f"--allow-dir {folder}: no such folder")
+        bank = MemoryBank(config, compiled=compiled)
     except ImportError as exc:
         typer.echo(f"error: {one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'", err=True)
+        raise typer.Exit(1) from None
+    except UserError as exc:
+        typer.echo(f"error: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
     except Exception as exc:  # noqa: BLE001 - a bad flag or setting ends in one line before serving
         typer.echo(f"error: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
-    if bank.notice:
+    if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM
         print(f"note: {bank.notice}", file=sys.stderr, flush=True)  # stdout is the protocol's, under stdio
     where = f"http://{host}:{http}/mcp" if http else "stdio"
     print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.policy})", file=sys.stderr, flush=True)
-    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks)
+    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir)
+
+
+def _settings(**overrides):
+    """The server's configuration, or exit 2 in one line before anything loads (as ``amb run`` does)."""
+    from amb_dspy.errors import ConfigError, one_line
+    from amb_dspy.lm.specs import checked_config
+
+    try:
+        return checked_config(**overrides)
+    except ConfigError as exc:
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+
+
+def client_config(client: str, flags: list[str]) -> str:
+    """The JSON an MCP client (``claude``: Claude Desktop, ``cursor``) needs to start ``amb serve`` with ``flags``
+    over stdio: the ``amb`` of this install by its absolute path (or this Python with ``-m amb_dspy.cli``), so
+    it works whatever the client's PATH. Both clients read the same ``mcpServers`` shape."""
+    if client not in CLIENT_CONFIG_FILES:
+        typer.echo(f"error: --print-config takes {' or '.join(CLIENT_CONFIG_FILES)}, not {client!r}", err=True)
+        raise typer.Exit(2)
+    amb = Path(sys.executable).parent / "amb"
+    command, args = (str(amb), ["serve", *flags]) if amb.is_file() else (sys.executable, ["-m", "amb_dspy.cli", "serve", *flags])
+    typer.echo(f"# add this to {CLIENT_CONFIG_FILES[client]}", err=True)
+    return json.dumps({"mcpServers": {"amb-memory": {"command": command, "args": args}}}, indent=2)

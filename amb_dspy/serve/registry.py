@@ -1,4 +1,4 @@
-"""The server's open tasks: one :class:`~amb_dspy.session.TaskSession` each, idle ones exported and closed.
+"""The server's open tasks: one :class:`~amb_dspy.task.session.TaskSession` each, idle ones exported and closed.
 
 Every task is its own bank (its own store, tree, indexes and tool cache); only the bank's agents, LMs
 and embedding model are shared, and they are safe to share across threads (the embedding model guards
@@ -13,10 +13,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.session import TaskSession
+from amb_dspy.task.session import TaskSession
 
 logger = logging.getLogger("amb_dspy.serve")
 
@@ -41,15 +40,12 @@ class TaskRegistry:
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def start(self, goal: str, *, bank: str | None = None, namespace: str | None = None) -> TaskSession:
+    def start(self, goal: str, *, bank: str | Path | None = None, namespace: str | None = None) -> TaskSession:
+        """A new open task (``bank``: a file the tool table already checked), unless ``max_tasks`` are open."""
         with self._lock:
+            self._forget_closed()
             if len(self._tasks) >= self.max_tasks:
                 raise InputError(f"{len(self._tasks)} tasks are open, the server's limit: end one first")
-        if bank is not None:
-            path = Path(bank).expanduser()
-            if not path.is_file():
-                raise InputError(f"bank file {bank}: no such file")
-            bank = str(path)
         session = self._start_session(goal, bank=bank, namespace=namespace)
         with self._lock:
             self._tasks[session.task_id] = session
@@ -59,6 +55,7 @@ class TaskRegistry:
     def get(self, task_id: str) -> TaskSession:
         """The open task ``task_id`` (its idle clock restarts), or InputError saying why there is none."""
         with self._lock:
+            self._forget_closed()
             session = self._tasks.get(task_id)
             if session is not None:
                 self._used[task_id] = self.clock()
@@ -68,25 +65,14 @@ class TaskRegistry:
             raise InputError(f"task {task_id} was closed after {self.idle_s:g} s idle; its bank is in {expired}")
         raise InputError(f"no open task {task_id!r}: start one with memory_start_task")
 
-    def end(self, task_id: str, remember: bool | None = None) -> dict[str, Any]:
-        session = self.get(task_id)
-        summary = session.close(remember=remember)
-        with self._lock:
-            self._tasks.pop(task_id, None)
-            self._used.pop(task_id, None)
-        return summary
-
-    def export_path(self, task_id: str, name: str | None = None) -> Path:
-        """Where a client may have a task's bank written: inside ``export_dir`` only (a client never picks
-        a file elsewhere on the server)."""
-        root = self.export_dir.resolve()
-        path = (root / (name or f"{task_id}.json")).resolve()
-        if not path.is_relative_to(root) or path == root:
-            raise InputError(f"the export path must be a file inside {root}, not {name!r}")
-        return path
+    def _forget_closed(self) -> None:
+        """Drop the tasks their clients ended (``memory_end_task`` closes the session itself)."""
+        for task_id in [i for i, session in self._tasks.items() if session.closed]:
+            del self._tasks[task_id], self._used[task_id]
 
     def open_ids(self) -> list[str]:
         with self._lock:
+            self._forget_closed()
             return list(self._tasks)
 
     def expire_idle(self) -> list[str]:

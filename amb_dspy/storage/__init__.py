@@ -2,7 +2,7 @@
 
 from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.hops import Hop, HopCall, hop_summary
-from amb_dspy.storage.insight_doc import CompletedTask, InsightDoc, TaskStatus, TaskType
+from amb_dspy.storage.insight_doc import CompletedTask, InsightDoc, PendingTask, TaskKind, TaskStatus
 from amb_dspy.storage.interaction_tree import (
     Attachment,
     AttachmentType,
@@ -15,6 +15,6 @@ from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode,
 
 __all__ = [
     "Attachment", "AttachmentType", "CompletedTask", "ContextUpdate", "GraphError", "Hop", "HopCall", "InsightDoc", "InteractionEntry",
-    "InteractionTree", "MergeEvent", "NodeContent", "QueryGraph", "QueryGraphNode", "Source", "TaskStatus", "TaskType", "TreeError",
+    "InteractionTree", "MergeEvent", "NodeContent", "QueryGraph", "QueryGraphNode", "PendingTask", "Source", "TaskKind", "TaskStatus", "TreeError",
     "hop_summary", "merge_sources", "node_text",
 ]

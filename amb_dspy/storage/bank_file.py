@@ -13,20 +13,24 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.errors import UserError
 from amb_dspy.files import PRIVATE_MODE, write_atomically
+from amb_dspy.notices import Notify, notice
 from amb_dspy.storage.hops import Hop
-from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.insight_doc import InsightDoc, legacy_pending
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 
 # 2: nodes carry their sources (entry id + character spans) and the file names its embedding model.
-# Files of version 1 still load, their nodes without sources.
-SCHEMA_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: the Insight Doc's pending task is typed (``pending``: kind, description, node ids), its text kept in
+# ``pending_tasks``. Files of versions 1-2 still load: nodes of version 1 without sources, and pending tasks
+# of both typed from their text (storage.insight_doc.legacy_pending).
+SCHEMA_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 FORMAT_NAME = "amb-dspy-bank"
 
 
-class BankFileError(ValueError):
+class BankFileError(UserError, ValueError):
     """A bank file cannot be read; the message is one line saying why."""
 
 
@@ -47,7 +51,7 @@ class BankFile(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
-    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
     embedding_model: str | None = None
     hops: list[Hop] = []
     insight_doc: InsightDoc | None
@@ -56,9 +60,38 @@ class BankFile(BaseModel):
 
 
 def dump_bank(path: str | Path, insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree,
-              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = ()) -> Path:
-    """Write the bank atomically (a temporary file renamed into place)."""
-    return write_json_atomically(path, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
+              embedding_dim: int, embedding_model: str | None = None, hops: list[Hop] = (),
+              notify: Notify = notice) -> Path:
+    """Write the bank atomically (a temporary file renamed into place); returns the path written.
+
+    A bank file is replaced only by a bank holding at least as many nodes and entries (a run stopped
+    early by Ctrl-C must not turn the last good export into an empty one); a smaller bank goes to a new
+    name beside it (:func:`export_target`), with a notice."""
+    target = export_target(Path(path), len(graph.nodes_dict), len(tree.entries), notify)
+    return write_json_atomically(target, bank_payload(insight_doc, graph, tree, embedding_dim, embedding_model, hops))
+
+
+def _bank_size(path: Path) -> tuple[int, int] | None:
+    """(nodes, entries) of the bank file at ``path``; ``None`` when there is none or it is no bank."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        return len(raw["query_graph"]["nodes"]), len(raw["interaction_tree"]["entries"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def export_target(path: Path, nodes: int, entries: int, notify: Notify = notice) -> Path:
+    """``path``, unless the bank file there holds more nodes or entries than the bank to be written:
+    then the first free ``<stem>.<n><suffix>`` beside it, and a notice saying so."""
+    old = _bank_size(path)
+    if old is None or (nodes >= old[0] and entries >= old[1]):
+        return path
+    number = 1
+    while (target := path.with_name(f"{path.stem}.{number}{path.suffix}")).exists():
+        number += 1
+    notify(f"{path} holds a larger bank ({old[0]} nodes, {old[1]} entries) than this one ({nodes} nodes, "
+           f"{entries} entries): kept it and wrote {target}")
+    return target
 
 
 def bank_payload(insight_doc: InsightDoc | None, graph: QueryGraph, tree: InteractionTree, embedding_dim: int,
@@ -150,9 +183,20 @@ def _check_header(path: Path, raw: Any) -> None:
         )
 
 
+def _typed_pending(raw: dict[str, Any]) -> dict[str, Any]:
+    """A file of schema 1 or 2 with its pending task typed (schema 3 stores the kind; see legacy_pending)."""
+    doc = raw.get("insight_doc")
+    if raw.get("schema_version", SCHEMA_VERSION) >= 3 or not isinstance(doc, dict) or "pending" in doc:
+        return raw
+    texts = doc.get("pending_tasks")
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        return raw  # validation says what is wrong
+    return {**raw, "insight_doc": {**doc, "pending": [legacy_pending(t) for t in texts]}}
+
+
 def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBank:
     try:
-        data = BankFile.model_validate(raw)
+        data = BankFile.model_validate(_typed_pending(raw))
     except ValidationError as exc:
         raise BankFileError(f"{path}: invalid bank file: {_first_error(exc)}") from None
     if embedding_dim is None:

@@ -11,11 +11,13 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import Enum
+from pathlib import PurePath
 from types import MappingProxyType
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainSerializer, PrivateAttr
 
+from amb_dspy.errors import AmbError
 from amb_dspy.storage.clock import Timestamp, now
 
 
@@ -29,12 +31,20 @@ class AttachmentType(str, Enum):
     CODE = "code"
 
 
+def _inside_path(path: str) -> str:
+    """Refuse an attachment path that climbs out of the folder it is read from (``../../etc/passwd``)."""
+    if ".." in PurePath(path.replace("\\", "/")).parts:
+        raise ValueError(f"attachment path {path[:80]!r} climbs out of the storage directory ('..')")
+    return path
+
+
 class Attachment(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: str = Field(default_factory=new_id)
     type: AttachmentType
-    content: str = Field(description="path of the file inside the bank's storage directory, never its bytes")
+    content: Annotated[str, AfterValidator(_inside_path)] = Field(
+        description="path of the file inside the bank's storage directory, never its bytes")
 
 
 def _freeze(value: Any) -> Any:
@@ -85,7 +95,7 @@ class MergeEvent(BaseModel):
     description: str = ""
 
 
-class TreeError(ValueError):
+class TreeError(AmbError, ValueError):
     """An operation would break the tree's append-only contract or its references."""
 
 

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from amb_dspy.errors import AmbError
 from amb_dspy.storage.clock import Timestamp, now
 
 
@@ -93,7 +94,7 @@ def node_text(summary: str, context: str, keywords: list[str]) -> str:
     return f"{summary} {context} {' '.join(keywords)}".strip()
 
 
-class GraphError(ValueError):
+class GraphError(AmbError, ValueError):
     """An operation would break the graph's invariants."""
 
 

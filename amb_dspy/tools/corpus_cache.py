@@ -34,6 +34,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from amb_dspy.errors import AmbError
 from amb_dspy.files import write_atomically
 from amb_dspy.notices import Notify
 from amb_dspy.retrieval.embedding import Embedder
@@ -53,7 +54,7 @@ EMBED_CHUNK = 256  # passages per embed call while a progress bar is shown
 PLAIN_PROGRESS_FROM = 300  # off a terminal, progress lines only for more passages than this
 
 
-class CacheUnusable(Exception):
+class CacheUnusable(AmbError):
     """Why a cache entry cannot be trusted (one line)."""
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from amb_dspy.errors import UserError
 from amb_dspy.notices import Notify, notice
 from amb_dspy.text import is_binary
 from amb_dspy.tools.text import html_to_text, split_passages
@@ -24,7 +25,7 @@ _TEXT_FIELDS = ("text", "contents", "content", "passage", "body")
 MD_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$")
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus cannot be loaded; the message is one line."""
 
 

@@ -40,17 +40,19 @@ from urllib3 import HTTPConnectionPool, HTTPSConnectionPool, ProxyManager
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.exceptions import NameResolutionError, NewConnectionError
 
+from amb_dspy.errors import AmbError
+
 _ALLOW_HINT = "set AMB_ALLOW_PRIVATE_URLS=1 to allow it"
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class URLRefused(ValueError):
+class URLRefused(AmbError, ValueError):
     """A URL or address ``visit`` must not fetch; the message is one line saying why."""
 
 
-class ResolutionTimeout(TimeoutError):
+class ResolutionTimeout(AmbError, TimeoutError):
     """A name lookup did not finish before the download's deadline."""
 
 

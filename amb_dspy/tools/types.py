@@ -6,6 +6,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
+from amb_dspy.errors import AmbError
+
 DEFAULT_K = 10
 
 
@@ -18,7 +20,7 @@ class SearchResult(BaseModel):
     date: str | None = None
 
 
-class SearchError(RuntimeError):
+class SearchError(AmbError, RuntimeError):
     """A search backend could not answer; the message is one line."""
 
 

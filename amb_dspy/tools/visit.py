@@ -21,7 +21,7 @@ from urllib.parse import urljoin, urlsplit
 import dspy
 import requests
 
-from amb_dspy.errors import one_line
+from amb_dspy.errors import AmbError, one_line
 from amb_dspy.text import is_binary
 from amb_dspy.tools.netguard import FetchGuard, ResolutionTimeout, URLRefused, check_url, guarded_session, shown
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
@@ -38,7 +38,7 @@ _TEXT_TYPES = {"application/json", "application/ld+json", "application/xml", "ap
                "application/atom+xml", "application/javascript", "application/x-yaml", "application/yaml"}
 
 
-class VisitError(RuntimeError):
+class VisitError(AmbError, RuntimeError):
     """A page cannot be read; the message is one line."""
 
 

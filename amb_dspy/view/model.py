@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from amb_dspy.errors import UserError
 from amb_dspy.storage import (
     InsightDoc,
     InteractionEntry,
@@ -28,7 +29,7 @@ from amb_dspy.storage import (
 from amb_dspy.storage.bank_file import load_bank
 
 
-class ViewError(ValueError):
+class ViewError(UserError, ValueError):
     """Something asked of a view cannot be shown (an unknown node, a bad trace file); one line."""
 
 

@@ -35,7 +35,6 @@ as on the LM path.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 
 import numpy as np
@@ -46,7 +45,7 @@ from amb_dspy.agents.classification import ClassificationAgent, ClassificationOu
 from amb_dspy.agents.fallback.similarity import centrality, direction, embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.keyword import tokenize
-from amb_dspy.text import locate
+from amb_dspy.text import ends_clause, locate, words
 
 # Calibrated on train_100.jsonl with optimize.metrics.grade_classification (ARI x coverage) on two
 # sets of 100 inputs of two gold paragraphs and a distractor: optimize.trainsets' classification
@@ -60,9 +59,6 @@ SHORT_SEGMENT_TOKENS = 60  # by estimate_tokens: HotpotQA's median sentence is 4
 KEYWORDS = 5
 BM25_K1, BM25_B = 1.5, 0.75  # the keyword index's parameters
 CONTEXT_WORDS = 30
-
-_WORD = re.compile(r"[^\W_]+")  # the keyword index's token pattern, here to find a term's original casing
-_SENTENCE_END = re.compile(r"[.!?;,\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
 
 
 def classify_by_similarity(
@@ -107,7 +103,7 @@ def classify_by_similarity(
 def is_heading(segment: str) -> bool:
     """A short single line that does not end like a sentence: a title, a section heading, a label."""
     line = segment.strip()
-    return "\n" not in line and estimate_tokens(line) < SHORT_SEGMENT_TOKENS and not _SENTENCE_END.search(line)
+    return "\n" not in line and estimate_tokens(line) < SHORT_SEGMENT_TOKENS and not ends_clause(line)
 
 
 def _adjacent_groups(vectors: list[np.ndarray], segments: list[str], count: TokenCounter, bounds: tuple[int, int],
@@ -145,7 +141,7 @@ def _bm25_keywords(texts: list[str]) -> list[list[str]]:
     """Per text, its :data:`KEYWORDS` terms of highest BM25 weight, the texts being the documents, in
     their first written form."""
     surface: dict[str, str] = {}
-    for word in _WORD.findall("\n".join(texts)):
+    for word in words("\n".join(texts)):  # the keyword index's tokens, to find a term's original casing
         surface.setdefault(word.lower(), word)
     counts = [Counter(t for t in tokenize(text) if _keyword_term(t)) for text in texts]
     df = Counter(term for c in counts for term in c)

@@ -1,18 +1,21 @@
-"""One settings object for the whole bank: environment, an optional file, and flags.
+"""The sections of the settings: one pydantic model per part of the bank that reads them.
 
-Environment variables use the ``AMB_`` prefix (``AMB_LM``, ``AMB_RETRIEVAL_K``...). The spec's
-unprefixed names are honoured too where users already have them set: ``LLM_API_KEY``,
-``LLM_BASE_URL``, ``SERPER_API_KEY`` and ``JINA_API_KEY``.
+Every field keeps the one name it has everywhere: the ``AMB_<NAME>`` environment variable, the keyword
+argument of :class:`amb_dspy.config.AmbConfig`, its flat attribute (``config.max_loops``) and its attribute on
+the section (``config.loops.max_loops``). Each section reads its own variables, so a section built alone
+(``EmbeddingSettings()``) is configured exactly as the same section of an ``AmbConfig()``.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
+from platformdirs import user_data_dir
 from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from amb_dspy.config.environment import user_cache_dir
 
 AgentName = Literal["classification", "structure", "analysis", "integration", "planning", "answer"]
 AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning", "answer")
@@ -21,71 +24,99 @@ DEFAULT_LM = "deepseek/deepseek-chat"
 DEFAULT_WINDOW = 8000  # an agent's prompt tokens when neither the configuration nor the LM says more
 
 
-def _user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME``, else ``~/.cache``: shared by runs from any working directory."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+class Section(BaseSettings):
+    """A group of settings, each from its keyword argument, else its ``AMB_<NAME>`` variable, else its default."""
 
-
-class AmbConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="AMB_", extra="ignore", populate_by_name=True)
 
-    # --- LM backends -------------------------------------------------------------------------
+
+class ModelSettings(Section):
+    """The LMs: which model runs the agents, its keys and sampling, how many calls at once, and who decides
+    (the LM, the deterministic policies, or the LM with the policies behind it)."""
+
     lm: str = Field(DEFAULT_LM, description="dspy.LM model string, 'local', or 'gguf:PATH'")
     agent_lms: dict[str, str] = Field(default_factory=dict, description="per-agent LM model strings")
     llm_api_key: str = Field("", validation_alias=AliasChoices("AMB_LLM_API_KEY", "LLM_API_KEY"))
     llm_base_url: str = Field("", validation_alias=AliasChoices("AMB_LLM_BASE_URL", "LLM_BASE_URL"))
     temperature: float = 0.6
     max_tokens: int = 4096
-
     lm_threads: int | None = Field(None, ge=1, description="independent agent calls at once (classification "
                                    "chunks, structure calls); default 8 for hosted LMs, 1 for the embedded one")
-    ingest_batch: int | None = Field(None, ge=1, description="most clusters (structure) or new nodes (analysis) one "
-                                     "call takes, within the agent's window; 1: a call each; default 24 for hosted "
-                                     "LMs, 1 for the embedded model (AMB_INGEST_BATCH)")
-    ingest_analysis: Literal["conversion", "ordered"] = Field(
-        "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
-                                  "them, verdicts applied in order after (batched, the same bank as one call a node); "
-                                  "ordered: each node after the verdicts on the nodes before it, one call each; the "
-                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory_writer)")
     policy: Literal["lm", "heuristic", "auto"] = Field(
         "auto", description="lm: agents' LM only; heuristic: the deterministic policies only; auto: LM, then "
                             "the policy when the LM's output is unusable")
 
-    # --- retrieval ---------------------------------------------------------------------------
+    @field_validator("agent_lms")
+    @classmethod
+    def _known_agents(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = set(value) - set(AGENT_NAMES)
+        if unknown:
+            raise ValueError(f"unknown agent(s) in agent_lms: {sorted(unknown)}; known: {list(AGENT_NAMES)}")
+        return value
+
+
+class RetrievalSettings(Section):
+    """Hybrid (dense + BM25) retrieval over the memory graph."""
+
     retrieval_k: int = Field(5, ge=1)
     retrieval_alpha: float = Field(0.5, ge=0.0, le=1.0)
+
+
+class EmbeddingSettings(Section):
+    """The sentence embedder (all-MiniLM-L6-v2): which backend computes it, in batches of how many texts.
+    Its exported ONNX model lives under :attr:`PathSettings.cache_dir`."""
+
+    embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
+        "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
+    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
+
+
+class ViewSettings(Section):
+    """What the ``<memory>`` block shows, and in how many tokens (amb_dspy.memory_view)."""
+
     memory_view: Literal["summary", "evidence"] = Field(
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory_view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")
-    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
-    embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
-        "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
 
-    # --- tools -------------------------------------------------------------------------------
+
+class ToolSettings(Section):
+    """The executor's tools: web search and visit, the local corpus, and the tool cache."""
+
     serper_api_key: str = Field("", validation_alias=AliasChoices("AMB_SERPER_API_KEY", "SERPER_API_KEY"))
     jina_api_key: str = Field("", validation_alias=AliasChoices("AMB_JINA_API_KEY", "JINA_API_KEY"))
     tool_cache: bool = Field(True, description="answer a repeated search or visit of the task from memory (AMB_TOOL_CACHE=0: off)")
     search_k: int = Field(10, ge=1, description="results per search (at most 3 on the embedded model)")
     corpus: Path | None = Field(None, description="local search corpus: a folder or a JSONL of passages")
+    corpus_cache: bool = Field(True, description="keep a local corpus's passages and vectors under cache_dir")
     http_timeout_s: float = 20.0
     visit_max_chars: int = Field(200_000, description="cap on the text a visited page may contribute")
     allow_private_urls: bool = Field(False, description="let visit fetch loopback, private, link-local and other "
                                                         "non-public addresses (AMB_ALLOW_PRIVATE_URLS=1)")
     max_observation_chars: int = Field(20_000, ge=200, description="cap on one tool response as the executor's LM "
                                                                    "sees it; memory records the whole response")
+    max_convert_chars: int = Field(20_000, ge=200, description="the most text of one observation memory conversion "
+                                   "reads with the LM: the passages most relevant to the goal; the whole response "
+                                   "is kept raw in the Interaction Tree (amb_dspy.conversion_budget)")
 
-    # --- executor ----------------------------------------------------------------------------
+
+class ExecutorSettings(Section):
+    """The executor (dspy.ReAct) and the fast path that may answer from memory first."""
+
     react_max_iters: int = Field(6, ge=1)
     max_context_tokens: int = 32_000
     fast_path: bool | None = Field(None, description="when a run starts with memory, answer from it first in one call "
                                    "and end there if it suffices (AMB_FAST_PATH=0 / --no-fast: off); None: on, except "
                                    "with the bundled 135M model, whose verdicts are not reliable (amb_dspy.answering)")
 
-    # --- agent windows and chunking ------------------------------------------------------------
-    # The memory-conversion agents pack their input into calls, so a larger window means fewer calls for the
-    # same prompt tokens: None follows the LM (LiteLLM's max_input_tokens, an embedded model's room; else
-    # DEFAULT_WINDOW). The others cut their input to their window, so theirs stays fixed (amb_dspy.agents.base).
+
+class AgentSettings(Section):
+    """The memory agents' windows, chunking, topic sizes and ingest batching.
+
+    The memory-conversion agents pack their input into calls, so a larger window means fewer calls for the
+    same prompt tokens: None follows the LM (LiteLLM's max_input_tokens, an embedded model's room; else
+    DEFAULT_WINDOW). The others cut their input to their window, so theirs stays fixed (amb_dspy.agents.base)."""
+
     classification_window: int | None = None
     structure_window: int | None = None
     analysis_window: int | None = None
@@ -96,16 +127,43 @@ class AmbConfig(BaseSettings):
     topic_min_tokens: int = Field(80, ge=1, description="classification: a topic node's smallest size in tokens, "
                                   "where the text allows (a dialogue's topics never span sessions past it)")
     topic_max_tokens: int = Field(300, ge=20, description="classification: a topic node's largest size in tokens")
+    ingest_batch: int | None = Field(None, ge=1, description="most clusters (structure) or new nodes (analysis) one "
+                                     "call takes, within the agent's window; 1: a call each; default 24 for hosted "
+                                     "LMs, 1 for the embedded model (AMB_INGEST_BATCH)")
+    ingest_analysis: Literal["conversion", "ordered"] = Field(
+        "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
+                                  "them, verdicts applied in order after (batched, the same bank as one call a node); "
+                                  "ordered: each node after the verdicts on the nodes before it, one call each; the "
+                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory_writer)")
 
-    # --- input limits ------------------------------------------------------------------------
+    @field_validator("ingest_analysis", mode="before")
+    @classmethod
+    def _renamed_analysis_orders(cls, value):
+        """The names of the previous release: ``exact`` kept the strict order, ``snapshot`` judged a batch at once."""
+        return {"exact": "ordered", "snapshot": "conversion"}.get(value, value)
+
+    def window(self, agent: AgentName) -> int | None:
+        """The configured window of ``agent``; None: it follows the LM (see the class docstring)."""
+        return getattr(self, f"{agent}_window")
+
+
+class LimitSettings(Section):
+    """What a task may bring."""
+
     max_context_bytes: int = Field(1_000_000, ge=1, description="largest context a task may bring")
 
-    # --- bank loop caps ----------------------------------------------------------------------
+
+class LoopSettings(Section):
+    """The bank's loop caps: when a run stops."""
+
     max_loops: int = Field(8, ge=1, description="execution-loop iterations before the bank stops")
     max_lm_calls: int = Field(400, ge=1, description="LM calls per run before the bank stops")
     max_merge_rounds: int = Field(5, ge=1, description="merge -> re-analysis rounds per conflict")
 
-    # --- long-term memory across tasks (amb_dspy.longterm) ------------------------------------
+
+class LongTermSettings(Section):
+    """Long-term memory across tasks (amb_dspy.longterm)."""
+
     longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir), chroma or qdrant")
     longterm_url: str = Field("", description="a Chroma or Qdrant server, http://host:port; empty: embedded under storage_dir")
     longterm_api_key: str = Field("", description="the Qdrant server's API key (AMB_LONGTERM_API_KEY)")
@@ -119,28 +177,12 @@ class AmbConfig(BaseSettings):
     redact: bool = Field(False, description="remove e-mails, phone numbers and secrets before remembering")
     namespace: str = Field("default", description="the long-term memory namespace (a user, an agent, a task type)")
 
-    # --- paths -------------------------------------------------------------------------------
-    storage_dir: Path = Path("data/storage")
+
+class PathSettings(Section):
+    """Where the bank keeps its files."""
+
+    storage_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "storage")  # AMB_STORAGE_DIR
     checkpoint_dir: Path | None = Field(None, description="write a checkpoint here after every loop (amb run --resume)")
-    temp_dir: Path = Path("data/temp")
-    cache_dir: Path = Field(default_factory=lambda: _user_cache_dir() / "amb-dspy",
+    temp_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "temp")  # AMB_TEMP_DIR
+    cache_dir: Path = Field(default_factory=lambda: user_cache_dir() / "amb-dspy",
                             description="the exported ONNX embedding model and corpus indexes (AMB_CACHE_DIR)")
-    corpus_cache: bool = Field(True, description="keep a local corpus's passages and vectors under cache_dir")
-
-    @field_validator("ingest_analysis", mode="before")
-    @classmethod
-    def _renamed_analysis_orders(cls, value):
-        """The names of the previous release: ``exact`` kept the strict order, ``snapshot`` judged a batch at once."""
-        return {"exact": "ordered", "snapshot": "conversion"}.get(value, value)
-
-    @field_validator("agent_lms")
-    @classmethod
-    def _known_agents(cls, value: dict[str, str]) -> dict[str, str]:
-        unknown = set(value) - set(AGENT_NAMES)
-        if unknown:
-            raise ValueError(f"unknown agent(s) in agent_lms: {sorted(unknown)}; known: {list(AGENT_NAMES)}")
-        return value
-
-    def window(self, agent: AgentName) -> int | None:
-        """The configured window of ``agent``; None: it follows the LM (see the fields above)."""
-        return getattr(self, f"{agent}_window")

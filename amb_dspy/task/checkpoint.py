@@ -3,7 +3,7 @@
 One JSON file, ``DIR/checkpoint.json``, replaced atomically after the context is memorised and after
 every loop: the run state (loops, conflicts, retries, answer so far and how it was made: from memory on the fast
 path, or extractive; errors), the usage so far, the
-whole bank, and the tool journal's length and tool cache (:mod:`amb_dspy.tool_journal`: the tool calls
+whole bank, and the tool journal's length and tool cache (:mod:`amb_dspy.task.journal`: the tool calls
 of a loop killed mid-way are not lost with it). A run resumed from it does no completed loop again and loses nothing they produced.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.run_state import Conflict, RunState
 from amb_dspy.storage.bank_file import BankFileError, write_json_atomically
+from amb_dspy.task.state import Conflict, RunState
 
 CHECKPOINT_FILE = "checkpoint.json"
 FORMAT_NAME = "amb-dspy-checkpoint"
@@ -26,7 +26,7 @@ VERSION = 1
 
 def write_checkpoint(directory: str | Path, state: RunState, usage: dict[str, dict[str, int]],
                      store: MemoryStore, tools: dict[str, Any] | None = None) -> Path:
-    """``tools``: the tool journal's line count and the tool cache's state (see :mod:`amb_dspy.tool_journal`)."""
+    """``tools``: the tool journal's line count and the tool cache's state (see :mod:`amb_dspy.task.journal`)."""
     run = asdict(state)
     run["retried"] = sorted(state.retried)
     payload = {"format": FORMAT_NAME, "version": VERSION, "run": run, "usage": usage, "bank": store.payload(),
@@ -77,6 +77,7 @@ def _state(run: dict[str, Any]) -> RunState:
         fallbacks={str(agent): int(n) for agent, n in run.get("fallbacks", {}).items()},
         # how the answer was made: a fast-path answer ends the run on resume, an extractive one stays marked
         answered_from_memory=_flag(run, "answered_from_memory"), extractive=_flag(run, "extractive"),
+        tool_calls=int(run.get("tool_calls", 0)), tool_failures=int(run.get("tool_failures", 0)),
     )
 
 

@@ -21,6 +21,7 @@ from amb_dspy.storage import Attachment, AttachmentType
 # Pillow's names of the formats accepted as images, and the file suffix each is stored with.
 IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpeg", "GIF": "gif", "WEBP": "webp", "BMP": "bmp"}
 MAX_IMAGE_BYTES = 20_000_000
+OWNER_FILE = ".owner"  # the id of the process that staged a task's images
 
 
 def read_image(path: Path, max_bytes: int = MAX_IMAGE_BYTES) -> tuple[str, bytes]:
@@ -81,6 +82,18 @@ class ImageStager:
     def __init__(self, temp_dir: Path = Path("data/temp"), storage_dir: Path = Path("data/storage")):
         self.temp_dir, self.storage_dir = Path(temp_dir), Path(storage_dir)
         self._staged: dict[str, list[StagedImage]] = {}
+        self._remove_stale()
+
+    def _remove_stale(self) -> None:
+        """Remove what a killed process left staged (its staging is in that process's memory, gone with it):
+        every task folder whose ``OWNER_FILE`` names a process that no longer runs."""
+        for owner in self.temp_dir.glob(f"*/{OWNER_FILE}"):
+            try:
+                os.kill(int(owner.read_text(encoding="utf-8")), 0)
+            except ProcessLookupError:
+                shutil.rmtree(owner.parent, ignore_errors=True)
+            except (OSError, ValueError):  # alive under another user, or not a file of ours
+                continue
 
     def stage_images(self, doc_id: str, paths: list[Path]) -> list[StagedImage]:
         """Check every image first (nothing is copied if one is bad), then copy them to temp storage."""
@@ -89,6 +102,7 @@ class ImageStager:
         staged = []
         for i, (path, fmt, data) in enumerate(checked):
             folder.mkdir(parents=True, exist_ok=True)
+            (folder / OWNER_FILE).write_text(str(os.getpid()), encoding="utf-8")
             target = folder / f"{i:03d}-{path.name}"
             write_atomically(target, data)  # the bytes that were checked
             staged.append(StagedImage(original_name=path.name, temp_path=target, format=fmt))

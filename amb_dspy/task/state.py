@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from amb_dspy.errors import InputError
-from amb_dspy.storage import CompletedTask, InsightDoc
+from amb_dspy.storage import CompletedTask, InsightDoc, PendingTask
 from amb_dspy.text import is_binary
 
 # How much of a cross-validation (answer + tool responses) the integration agent is shown.
@@ -43,7 +43,7 @@ class RunResult(BaseModel):
     hops: list[dict[str, Any]] = []  # each executed subtask (amb_dspy.storage.hops.Hop)
     fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
     citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
-    extractive: bool = False  # the answer quotes memory's best evidence line: no LM answered (amb_dspy.answering)
+    extractive: bool = False  # the answer quotes memory's best evidence line: no LM answered (amb_dspy.task.answering)
     seconds: float
 
 
@@ -76,8 +76,10 @@ class RunState:
     notices: list[str] = field(default_factory=list)
     citations: list[str] = field(default_factory=list)
     fallbacks: dict[str, int] = field(default_factory=dict)
-    answered_from_memory: bool = False  # the fast path's answer sufficed (amb_dspy.answering)
+    answered_from_memory: bool = False  # the fast path's answer sufficed (amb_dspy.task.answering)
     extractive: bool = False  # the answer is the extractive policy's
+    tool_calls: int = 0  # searches and visits that reached their tool (amb_dspy.tool_failures)
+    tool_failures: int = 0  # of which failed
 
 
 def read_context_file(path: str | Path, max_bytes: int) -> str:
@@ -90,7 +92,13 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
     size = path.stat().st_size
     if size > max_bytes:
         raise InputError(f"context file {path}: {size / 1e6:.1f} MB is over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
-    data = path.read_bytes()
+    try:  # read at most max_bytes + 1: a /proc file says size 0 and may hold more
+        with path.open("rb") as handle:
+            data = handle.read(max_bytes + 1)
+    except OSError as exc:  # /proc/self/mem, a file on a failing disk, a permission denied
+        raise InputError(f"context file {path}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > max_bytes:
+        raise InputError(f"context file {path}: over the {max_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)")
     if is_binary(data):
         raise InputError(f"context file {path}: binary data, not text")
     try:
@@ -99,7 +107,8 @@ def read_context_file(path: str | Path, max_bytes: int) -> str:
         raise InputError(f"context file {path}: not UTF-8 text") from None
 
 
-def revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None, pending: list[str] = ()) -> InsightDoc:
+def revised(doc: InsightDoc, *, completed: list[CompletedTask] | None = None,
+            pending: list[PendingTask] = ()) -> InsightDoc:
     """The same task's Insight Doc with new task lists, built anew so its rules (<= 1 pending) are checked."""
     return InsightDoc(doc_id=doc.doc_id, task_goal=doc.task_goal,
-                      completed_tasks=doc.completed_tasks if completed is None else completed, pending_tasks=list(pending))
+                      completed_tasks=doc.completed_tasks if completed is None else completed, pending=list(pending))

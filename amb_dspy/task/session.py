@@ -1,0 +1,292 @@
+"""TaskSession: everything about one task, worked by the bank's loop or step by step by any other agent.
+
+:meth:`MemoryBank.run <amb_dspy.bank.MemoryBank.run>` starts a session and runs the spec's loop on it
+(:class:`~amb_dspy.task.loop.TaskLoop`); an agent that already exists (a coding agent, a LangGraph
+supervisor, an MCP client) drives a session itself and hands it its tool results::
+
+    session = MemoryBank(config).start_session("Which river flows through the festival's city?")
+    session.observe("search", {"query": "Tidewater Lantern Festival"}, result_text)  # tool cache + conversion
+    prompt = session.context()          # the <task> and <memory> blocks the adapter writes
+    session.deep_retrieval(node_id)     # the raw record behind a node
+    session.plan()                      # the planning agent revises the Insight Doc: the next subtask
+    session.complete(task, "success", answer)
+    session.export(path); session.close(remember=True)
+
+A session owns its task's store (graph, tree, indexes), memory writer, adapter, tool cache and tool
+journal, usage meter, run state, staged images and checkpoint (:meth:`save`, :meth:`load`). Every agent
+call goes through its :class:`~amb_dspy.agents.runner.AgentRunner`. The agents, their LMs and the
+embedding model are shared with the bank that started it and with its other sessions, so one bank runs
+many tasks at once. Public methods run on the task's own thread, one at a time and in order
+(:mod:`amb_dspy.task.worker`); ``observe(..., wait=False)`` returns before its conversion is done.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import dspy
+
+from amb_dspy.adapter import MemoryAdapter
+from amb_dspy.agents.runner import AgentRunner
+from amb_dspy.config import AmbConfig
+from amb_dspy.errors import InputError, one_line
+from amb_dspy.executor import ExecutionResult, ToolCall, citations
+from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.lm import AgentLMs, UsageMeter
+from amb_dspy.memory_writer import MemoryWriter
+from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
+from amb_dspy.task import checkpoint
+from amb_dspy.task.images import ImageStager
+from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
+from amb_dspy.task.journal import ToolJournal, keep_unasked
+from amb_dspy.task.memory import TaskMemory
+from amb_dspy.task.state import ProgressEvent, RunState, revised
+from amb_dspy.task.worker import TaskWorker, serial
+from amb_dspy.tool_cache import ToolCache
+from amb_dspy.tools import DeepRetrievalTool
+
+__all__ = ["Observed", "TaskSession", "start_store"]
+
+
+class TaskSession(TaskMemory):
+    """One task: its memory, its parts and its outside interface (see the module docstring).
+
+    ``progress``: called with a :class:`~amb_dspy.task.state.ProgressEvent` at each phase; ``images``: the
+    task's :class:`~amb_dspy.task.images.ImageStager` (None where no image can be attached); ``state``: the
+    run state to go on from (a checkpoint's).
+    """
+
+    def __init__(self, store: MemoryStore, *, config: AmbConfig, agents: dict[str, dspy.Module], embedder: Any,
+                 lms: AgentLMs, progress: Callable[[ProgressEvent], None] | None = None,
+                 images: ImageStager | None = None, namespace: str | None = None, state: RunState | None = None):
+        self.config, self.agents, self.embedder, self.lms = config, agents, embedder, lms
+        self.images = images
+        self.namespace = namespace or config.namespace
+        self.progress = progress
+        self.store = store
+        self.state = state or RunState(doc_id=store.insight_doc.doc_id)
+        self.runner = AgentRunner(agents, lms, embedder, policy=config.policy, record=lambda: self.state,
+                                  task_goal=lambda: self.store.insight_doc.task_goal)
+        self.memory_adapter = MemoryAdapter(store, k=config.retrieval_k, alpha=config.retrieval_alpha,
+                                            view=config.memory_view, budget=config.memory_tokens)
+        self.memory = MemoryWriter(store, config, self.runner, self.emit)
+        self.tool_cache = ToolCache(store, enabled=config.tool_cache, max_observation_chars=config.max_observation_chars)
+        self.tool_journal: ToolJournal | None = None  # with a checkpoint: every tool response as it returns
+        self._resumed_tools: dict[str, Any] = {}  # a resumed task's checkpoint record of its tools
+        # The meter belongs to this task, not to its LMs, which other tasks may share.
+        self.meter = UsageMeter(max_calls=config.max_lm_calls)
+        self.worker = TaskWorker(self.task_id)
+        self._new_nodes: list = []  # observed since the last plan
+
+    @property
+    def task_id(self) -> str:
+        return self.store.insight_doc.doc_id
+
+    @property
+    def closed(self) -> bool:
+        return self.worker.closed
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request of this task is running or waiting."""
+        return self.worker.busy
+
+    def submit(self, job: Callable[[], Any]) -> Future:
+        """Queue ``job`` on the task's thread (see :class:`~amb_dspy.task.worker.TaskWorker`)."""
+        return self.worker.submit(job)
+
+    # --- starting, saving and loading ------------------------------------------------------------
+    @classmethod
+    def start(cls, goal: str, *, bank: str | Path | MemoryStore | None = None, namespace: str | None = None,
+              **shared: Any) -> TaskSession:
+        """A session for ``goal``, empty or on a copy of ``bank`` (a file or a store; never changed),
+        with what long-term memory recalls for the goal in ``<memory>``. ``shared``: the keyword
+        arguments of the constructor but the store (config, agents, embedder, lms...)."""
+        config = shared["config"]
+        goal = " ".join(checked_text("the goal", goal, config.max_context_bytes).split())
+        if namespace is not None:
+            checked_text("the namespace", namespace, MAX_NAME_CHARS)
+        store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
+        session = cls(store, namespace=namespace, **shared)
+        session.state.notices.extend(notices)
+        session.recall(goal)
+        return session
+
+    def save(self, directory: str | Path | None = None) -> Path:
+        """Write the task's checkpoint (default ``config.checkpoint_dir``), the tool responses the resumed
+        task did not ask for again kept first (see :mod:`amb_dspy.task.checkpoint`)."""
+        if directory is None and self.config.checkpoint_dir is None:
+            raise InputError("no checkpoint folder: name one, or set checkpoint_dir (amb run --checkpoint DIR)")
+        directory = Path(directory or self.config.checkpoint_dir)
+        first = not (directory / checkpoint.CHECKPOINT_FILE).exists()
+        tools = None
+        if self.tool_journal is not None:
+            self.keep_unasked()
+            tools = {"journal_lines": self.tool_journal.lines, "cache": self.tool_cache.state()}
+        path = checkpoint.write_checkpoint(directory, self.state, self.meter.usage(), self.store, tools=tools)
+        if first:
+            self.emit("checkpoint", str(directory))
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path, *, config: AmbConfig, **shared: Any) -> TaskSession:
+        """The task checkpointed in ``directory``, to go on from its last completed loop and on checkpointing
+        there (its own config names the folder; ``config`` is not changed). BankFileError if it cannot."""
+        notices: list[str] = []
+        state, usage, store = checkpoint.read_checkpoint(directory, shared["embedder"], notices)
+        config = config.model_copy(update={"checkpoint_dir": Path(directory)})
+        session = cls(store, config=config, state=state, images=ImageStager(config.temp_dir, config.storage_dir),
+                      **shared)
+        session._resumed_tools = checkpoint.read_tool_record(directory)
+        session.meter.restore(usage)
+        for notice in notices:
+            session.emit("notice", notice)
+        return session
+
+    # --- progress and tools ----------------------------------------------------------------------
+    def emit(self, phase: str, message: str = "") -> None:
+        """Report the task's progress at ``phase`` to the ``progress`` callback, if any."""
+        if self.progress is None:
+            return
+        state, totals = self.state, self.meter.total()
+        self.progress(ProgressEvent(
+            phase=phase, loop=state.loops, nodes=len(self.store.graph), edges=self.store.graph.edge_count,
+            conflicts=len(state.conflicts) + (state.active is not None), lm_calls=totals["calls"],
+            tokens=totals["prompt_tokens"] + totals["completion_tokens"], message=message, usage=self.meter.usage(),
+            fallbacks=dict(state.fallbacks),
+        ))
+
+    def notify(self, notice: str) -> None:
+        """A notice for the user: kept in the run state and reported."""
+        self.state.notices.append(notice)
+        self.emit("notice", notice)
+
+    def wrap_tools(self, tools: list[dspy.Tool]) -> list[dspy.Tool]:
+        """``tools`` answered from this task's tool cache and, when it checkpoints, journaled (a resumed task
+        replays the interrupted loop's calls): see :mod:`amb_dspy.tool_cache` and :mod:`amb_dspy.task.journal`."""
+        resumed, self._resumed_tools = self._resumed_tools, {}
+        self.tool_cache.restore(resumed.get("cache", ()))
+        self.tool_journal = None
+        if self.config.checkpoint_dir is not None:
+            self.tool_journal = ToolJournal(self.config.checkpoint_dir, replay_after=resumed.get("journal_lines"))
+            tools = [self.tool_journal.wrap(tool) for tool in tools]
+        return [self.tool_cache.wrap(tool) for tool in tools]
+
+    def keep_unasked(self) -> None:
+        """The journaled responses a resumed task did not ask for again, kept in memory (see the journal)."""
+        if self.tool_journal is not None:
+            keep_unasked(self.tool_journal, self.store, self.tool_cache)
+
+    # --- the outside agent's interface ---------------------------------------------------------
+    def observe(self, tool: str, arguments: dict[str, Any] | None, result: str, *, wait: bool = True) -> Observed:
+        """Hand over what ``tool(**arguments)`` returned: a result this task already holds is a repeat (not
+        converted again); any other goes through memory conversion, its raw text kept in the tree.
+
+        ``wait=False`` returns once the input is checked and queued: the conversion runs on the task's
+        thread while the caller goes on, and every later request of the task (context, plan, export...)
+        runs after it. A failure there is kept in the task's errors."""
+        tool = checked_text("the tool name", tool, MAX_NAME_CHARS).strip()
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, dict):
+            raise InputError(f"the arguments must be an object (name: value), not {type(arguments).__name__}")
+        text = checked_text("the result", result, self.config.max_context_bytes)
+        future = self.submit(functools.partial(self._observe, tool, dict(arguments), text))
+        if wait:
+            return future.result()
+        future.add_done_callback(self._report_failure)
+        return Observed(None, message=f"{tool} result queued: it becomes memory before the task's next request")
+
+    def _report_failure(self, future: Future) -> None:
+        error = future.exception()
+        if error is not None:
+            self.state.errors.append(f"observing a result failed: {type(error).__name__}: {one_line(error)}")
+
+    def _observe(self, tool: str, arguments: dict[str, Any], text: str) -> Observed:
+        repeat = self.tool_cache.observed(tool, arguments, text)
+        if repeat is not None:
+            entry_id = self.tool_cache.entry_of(tool, arguments)
+            nodes = [n for n, entries in self.store.tree.node_to_entries.items() if entry_id in entries]
+            return Observed(entry_id, nodes, repeat=True, message=repeat.full.split("\n", 1)[0])
+        call = ToolCall(name=tool, args=dict(arguments), observation=text)
+        with self.meter.counting():
+            nodes, failure = self.remember_calls([call], self.tool_metadata([call], source="observed"))
+        self._new_nodes.extend(nodes)
+        entry_id = self.tool_cache.entry_of(tool, arguments)
+        if entry_id is None:  # conversion failed: the raw text is kept in an entry of its own
+            entry_id = next(e.entry_id for e in reversed(self.store.tree.entries.values()) if e.text == text)
+        return Observed(entry_id, [n.id for n in nodes if n.id in self.store.graph], failure=failure,
+                        message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else ""))
+
+    @serial
+    def context(self, budget: int | None = None) -> str:
+        """The ``<task>`` and ``<memory>`` blocks for the next step; ``budget``: tokens of ``<memory>``."""
+        if budget is not None and not (isinstance(budget, int) and 50 <= budget <= 100_000):
+            raise InputError(f"the budget must be a whole number of tokens from 50 to 100000, not {budget!r}")
+        return self.prompt(self.store.insight_doc, budget)
+
+    @serial
+    def deep_retrieval(self, node_id: str, sources_only: bool = False) -> str:
+        """The raw record behind a node, as JSON (see :mod:`amb_dspy.tools.deep_retrieval`)."""
+        node_id = checked_text("the node id", node_id, MAX_NAME_CHARS)
+        out = DeepRetrievalTool(self.store, self.config.storage_dir)(node_id, sources_only=sources_only)
+        if out.startswith("Error:"):
+            raise InputError(out[len("Error:"):].strip())
+        return out
+
+    @serial
+    def plan(self, report: str = "") -> InsightDoc:
+        """The planning agent judges the pending subtask (by ``report`` and what was observed since the last
+        plan) and sets the next one, a conflict's cross-validation first; returns the Insight Doc."""
+        report = checked_text("the report", report, self.config.max_context_bytes, empty_ok=True)
+        new_nodes, self._new_nodes = self._new_nodes, []
+        with self.meter.counting():
+            self.plan_step(new_nodes, report=report, failure="")
+        return self.store.insight_doc
+
+    @serial
+    def complete(self, description: str = "", status: str = "success", answer: str = "") -> InsightDoc:
+        """Record a finished subtask as the caller judged it (``description``: the pending one when empty).
+        The goal itself, or nothing left to do, makes ``answer`` the task's answer; a cross-validation task
+        merges its conflicting nodes with ``answer`` as the evidence (the integration agent)."""
+        if str(status).strip().lower() not in ("success", "failure"):
+            raise InputError(f"the status must be success or failure, not {status!r}")
+        limit = self.config.max_context_bytes
+        description = " ".join(checked_text("the description", description, limit, empty_ok=True).split())
+        answer = checked_text("the answer", answer, limit, empty_ok=True).strip()
+        doc = self.store.insight_doc
+        description = description or doc.current_task or doc.task_goal
+        task = doc.pending_task
+        validated = task is not None and task.kind is TaskKind.CROSS_VALIDATE and description == task.description
+        if self.state.active is not None and validated:
+            with self.meter.counting():
+                self._new_nodes.extend(self.memory.resolve_conflict(self.state, ExecutionResult(answer))[0])
+        completed = doc.with_finished(TaskStatus(str(status).strip().lower()), " ".join(answer.split())[:300],
+                                      description)
+        pending = [task for task in doc.pending if task.description != description]
+        self.store.set_insight_doc(revised(doc, completed=completed, pending=pending))
+        if description == doc.task_goal or not pending:
+            self.state.answer, self.state.citations = citations(ExecutionResult(answer), self.store.graph.nodes_dict)
+        return self.store.insight_doc
+
+    @serial
+    def export(self, path: str | Path | None = None) -> Path:
+        """Write the task's bank file (default ``STORAGE_DIR/sessions/<task id>.json``); returns its path."""
+        path = Path(path) if path else self.config.storage_dir / "sessions" / f"{self.task_id}.json"
+        return self.store.export(path)  # another name when a larger bank is there (storage.bank_file)
+
+    @serial
+    def close(self, remember: bool | None = None) -> dict[str, Any]:
+        """End the task: its answer into long-term memory when ``remember`` (default ``config.remember``);
+        every later request is refused. Returns the task's summary."""
+        notices = []
+        if self.config.remember if remember is None else remember:
+            cited = [self.citation(i) for i in self.state.citations if i in self.store.graph]
+            notices.extend(self.remember(self.state.answer, cited) or [f"remembered in namespace {self.namespace!r}"])
+        self.worker.close()  # this request is the last one it runs
+        return {"task_id": self.task_id, "answer": self.state.answer, "nodes": len(self.store.graph),
+                "entries": len(self.store.tree), "errors": list(self.state.errors),
+                "notices": [*self.state.notices, *notices], "fallbacks": dict(self.state.fallbacks)}
