@@ -8,6 +8,7 @@ carries the conflict queue and the errors, and every agent is called through the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -17,6 +18,7 @@ from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
 from amb_dspy.conversion_budget import budget_observation
+from amb_dspy.dates import resolve_dates
 from amb_dspy.executor import ExecutionResult, ToolCall
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
@@ -82,6 +84,21 @@ class MemoryWriter:
                                     [n.id for n in nodes],
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         return Conversion(nodes, self._analyse_new(state, nodes), entry)
+
+    def add_document(self, state: RunState, text: str, name: str, date: str = "") -> Conversion | None:
+        """Add one document to the store, new or already holding others: its own interaction entry (its
+        ``name``, its ``date`` when given, its content hash), its nodes related by analysis to those already
+        there (:meth:`convert`). None, and nothing changed, when the store holds an entry with the same
+        content: re-adding an unchanged document is a no-op."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if self.store.entry_with_hash(digest) is not None:
+            return None
+        # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates), else the date given
+        metadata: dict[str, Any] = {"source": "user_context", "name": name, "sha256": digest,
+                                    "dates": [list(d) for d in resolve_dates(text, date)]}
+        if date:
+            metadata["date"] = date
+        return self.convert(state, text, metadata)
 
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for

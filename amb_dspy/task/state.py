@@ -54,6 +54,7 @@ class IngestResult(BaseModel):
     fallbacks: dict[str, int]
     errors: list[str]
     seconds: float
+    added: bool = True  # False: the store held the same text already, nothing was added
 
 
 @dataclass
