@@ -25,11 +25,11 @@ from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError
-from amb_dspy.executor import Executor
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage import InsightDoc
+from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import start_store
 from amb_dspy.task.loop import TaskLoop

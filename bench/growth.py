@@ -38,8 +38,8 @@ from memory_recall import Question, covered, hotpotqa_contexts  # noqa: E402
 from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
 from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig  # noqa: E402
-from amb_dspy.graph_ops import MemoryStore  # noqa: E402
-from amb_dspy.memory_view import MemoryView  # noqa: E402
+from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
+from amb_dspy.memory.view import MemoryView  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.hybrid import HybridIndex  # noqa: E402
 from optimize.locomo import Conversation, load_locomo  # noqa: E402

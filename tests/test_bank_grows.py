@@ -11,7 +11,7 @@ import pytest
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import MemoryView
+from amb_dspy.memory.view import MemoryView
 from optimize.locomo import load_locomo
 
 DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")

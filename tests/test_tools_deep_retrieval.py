@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.graph_ops import MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import Attachment, AttachmentType, InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool
 

@@ -1,6 +1,6 @@
 """The evidence view's lines of a bank, laid out as nodes arrive and indexed once each.
 
-Every node's provenance is cut into lines (:func:`~amb_dspy.memory_view.lines.pieces`); each line is kept once,
+Every node's provenance is cut into lines (:func:`~amb_dspy.memory.view.lines.pieces`); each line is kept once,
 under the first node that holds it, with every node that holds it. A :class:`LineIndex` follows its store: a
 node added, or a node given more sources, lays out and embeds only its own new lines, and adds them to the lines'
 hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view.lines import Evidence, heading_of, label_of, pieces, speaker_of
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, pieces, speaker_of
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineTable

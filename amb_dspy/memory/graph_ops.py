@@ -211,7 +211,7 @@ class MemoryStore:
 
     def entry_with_hash(self, digest: str) -> InteractionEntry | None:
         """The entry whose text has the content hash ``digest`` (``metadata["sha256"]``, recorded when a
-        document is added: :meth:`~amb_dspy.memory_writer.MemoryWriter.add_document`), or None."""
+        document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
         return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
 
     def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:

@@ -12,17 +12,17 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from amb_dspy.adapter import knowledge_text, validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
-from amb_dspy.conversion_budget import budget_observation
-from amb_dspy.dates import resolve_dates
-from amb_dspy.executor import ExecutionResult, ToolCall
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
+from amb_dspy.memory.conversion_budget import budget_observation
+from amb_dspy.memory.dates import resolve_dates
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
+from amb_dspy.task.adapter import knowledge_text, validation_text
+from amb_dspy.task.executor import ExecutionResult, ToolCall
 from amb_dspy.task.state import MAX_VALIDATION_CHARS, Conflict, RunState
 
 
@@ -93,7 +93,7 @@ class MemoryWriter:
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if self.store.entry_with_hash(digest) is not None:
             return None
-        # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates), else the date given
+        # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.memory.dates), else the date given
         metadata: dict[str, Any] = {"source": "user_context", "name": name, "sha256": digest,
                                     "dates": [list(d) for d in resolve_dates(text, date)]}
         if date:
@@ -105,7 +105,7 @@ class MemoryWriter:
         outside agents' observations alike.
 
         Each response is read within ``config.max_convert_chars`` and without its lines that are not
-        language (:mod:`amb_dspy.conversion_budget`). When that leaves anything out, the whole text is kept
+        language (:mod:`amb_dspy.memory.conversion_budget`). When that leaves anything out, the whole text is kept
         raw as an entry of its own, saying why (a notice of the run), and only the part read is converted,
         into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
         holding the whole text, so a repeated call is answered from it.

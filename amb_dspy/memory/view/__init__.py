@@ -45,10 +45,10 @@ lines under a heading that a seed line names -- every line that any term of the 
 Their scores are exact (:meth:`~amb_dspy.retrieval.hybrid.HybridIndex.scores_of`), so the block is the one a
 ranking of every line would give wherever the budget is spent within the candidates (``tests/test_bank_grows.py``
 checks it on a real bank). The lines are laid out and indexed as nodes arrive
-(:class:`~amb_dspy.memory_view.line_index.LineIndex`); the summary view still ranks every line.
+(:class:`~amb_dspy.memory.view.line_index.LineIndex`); the summary view still ranks every line.
 
 The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
-their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
+their relative dates resolved (:mod:`amb_dspy.memory.dates`; ``metadata["dates"]`` of the entry when ingest
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.
 
@@ -69,10 +69,10 @@ from collections.abc import Callable
 import numpy as np
 
 from amb_dspy.agents.chunking import estimate_tokens
-from amb_dspy.dates import resolve_dates
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view.line_index import LineIndex
-from amb_dspy.memory_view.lines import (
+from amb_dspy.memory.dates import resolve_dates
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view.line_index import LineIndex
+from amb_dspy.memory.view.lines import (
     LINE_TOKENS,
     Evidence,
     day_stamp,

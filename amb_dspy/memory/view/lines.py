@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from amb_dspy.agents.chunking import estimate_tokens
-from amb_dspy.dates import stamp_of
+from amb_dspy.memory.dates import stamp_of
 from amb_dspy.text import paragraph_starts, split_sentences
 
 _TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
