@@ -16,14 +16,8 @@ import numpy as np
 
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
-from amb_dspy.storage.bank_file import (
-    LoadedBank,
-    bank_from_payload,
-    bank_payload,
-    check_sources,
-    dump_bank,
-    load_bank,
-)
+from amb_dspy.storage.bank_db import BankParts, SavePoint, is_bank_db, read_bank, write_bank_db
+from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, check_sources, dump_bank
 from amb_dspy.storage.clock import now
 from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.hops import Hop
@@ -48,6 +42,11 @@ class MemoryStore:
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
         self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
+        # Node ids whose rows the next save to a bank database rewrites (or deletes), and where that database
+        # was last saved or loaded (amb_dspy.storage.bank_db). A rolled-back change leaves its ids here: a
+        # row written again unchanged costs little, a row missed would be lost.
+        self.changed: set[str] = set()
+        self.save_point: SavePoint | None = None
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -80,6 +79,7 @@ class MemoryStore:
 
     # --- primitive steps (each registers its inverse) -----------------------------------------
     def _insert(self, node: QueryGraphNode) -> None:
+        self.changed.add(node.id)
         self.graph.add_node(node)
         self._did(lambda: self.graph.delete_node(node.id))
         self.index.add(node.id, node.embedding_text, node.embedding)
@@ -88,6 +88,7 @@ class MemoryStore:
     def _link(self, a: str, b: str) -> bool:
         added = self.graph.add_edge(a, b)
         if added:
+            self.changed.update((a, b))
             self._did(lambda: self.graph.remove_edge(a, b))
         return added
 
@@ -97,12 +98,14 @@ class MemoryStore:
             return
         # The undo puts each id back where it was, so a rolled-back node compares equal to before.
         i, j = node_a.links.index(b), node_b.links.index(a)
+        self.changed.update((a, b))
         self.graph.remove_edge(a, b)
         self._did(lambda: self.graph.restore_edge(a, b, i, j))
 
     def _add_source(self, node_id: str, source: Source) -> None:
         node = self.graph.node(node_id)
         before = list(node.sources)
+        self.changed.add(node_id)
         node.sources = merge_sources(before, [source])
         self._did(lambda: setattr(node, "sources", before))
 
@@ -113,6 +116,7 @@ class MemoryStore:
             order = self.graph.order()
             self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
+        self.changed.add(node_id)
         node = self.graph.delete_node(node_id)
         self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
@@ -126,6 +130,7 @@ class MemoryStore:
             node.context, node.keywords, node.embedding = before[0], before[1], before[2]
             self.index.update(node.id, node.embedding_text, node.embedding)
 
+        self.changed.add(node_id)
         node.context, node.keywords, node.embedding = update.context, list(update.keywords), vector
         self._did(restore)
         self.index.update(node.id, node.embedding_text, vector)
@@ -202,6 +207,7 @@ class MemoryStore:
             self.graph.node(node_id)
         with self.transaction():
             self.tree.add_entry(entry)
+            self.changed.update(node_ids)
             for node_id in node_ids:
                 self.tree.link(node_id, entry.entry_id)
                 own = tuple(spans.get(node_id) or ([(0, len(entry.text))] if entry.text else []))
@@ -220,6 +226,7 @@ class MemoryStore:
         for node_id in node_ids:
             self.graph.node(node_id)
         with self.transaction():
+            self.changed.update(node_ids)
             for node_id in node_ids:
                 self.tree.link(node_id, entry_id)
 
@@ -270,19 +277,32 @@ class MemoryStore:
 
     # --- export / import ---------------------------------------------------------------------
     def export(self, path) -> Path:
-        """Write the whole bank to one JSON file (see :mod:`amb_dspy.storage.bank_file`); returns the path
-        written (another one when the file there holds a larger bank, with a notice)."""
-        return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
-                  self.hops)
+        """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
+        notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
+        (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
+        from writes only what changed since. Any other path gets the whole bank as one JSON file
+        (:mod:`amb_dspy.storage.bank_file`), the interchange format."""
+        if not is_bank_db(path):
+            return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
+                             embedding_model_name(self.embedder), self.hops)
+        parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                          self.hops)
+        self.save_point = write_bank_db(path, parts, self.save_point, self.changed)
+        self.changed = set()
+        return self.save_point.path
 
     @classmethod
     def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> MemoryStore:
-        """A new store from a bank file; raises BankFileError and builds nothing if the file is bad.
+        """A new store from a bank file of either format (a JSON file or a bank database, decided by the file);
+        raises BankFileError and builds nothing if the file is bad.
 
         Stored embeddings are used as they are when the file names the embedder's model; a file made
         with another model (or not naming one) is embedded again, with a line added to ``notices``.
         """
-        return cls.from_loaded(load_bank(path, embedder.dim), embedder, path, notices)
+        loaded, point = read_bank(path, embedder.dim)
+        store = cls.from_loaded(loaded, embedder, path, notices)
+        store.save_point = point
+        return store
 
     def payload(self) -> dict:
         """The bank as the JSON object a bank file holds (:meth:`from_payload` reads it back)."""
@@ -303,11 +323,13 @@ class MemoryStore:
             vectors = store._embed([node.embedding_text for node in nodes])
             for node, vector in zip(nodes, vectors):
                 node.embedding = vector
+            store.changed.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
             if notices is not None:
                 notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
                                f"{len(nodes)} nodes embedded again with {model}")
-        for node in nodes:
-            store.index.add(node.id, node.embedding_text, node.embedding)
+        if nodes:  # one FAISS write for all the vectors
+            store.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
+                                 np.stack([node.embedding for node in nodes]))
         return store
 
     def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:

@@ -8,6 +8,7 @@ equal to the exported one and importing needs no embedding model run. A file is 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,10 +81,12 @@ def _bank_size(path: Path) -> tuple[int, int] | None:
         return None
 
 
-def export_target(path: Path, nodes: int, entries: int, notify: Notify = notice) -> Path:
+def export_target(path: Path, nodes: int, entries: int, notify: Notify = notice,
+                  size: Callable[[Path], tuple[int, int] | None] = _bank_size) -> Path:
     """``path``, unless the bank file there holds more nodes or entries than the bank to be written:
-    then the first free ``<stem>.<n><suffix>`` beside it, and a notice saying so."""
-    old = _bank_size(path)
+    then the first free ``<stem>.<n><suffix>`` beside it, and a notice saying so. ``size`` reads a file's
+    (nodes, entries), ``None`` when it holds no bank."""
+    old = size(path)
     if old is None or (nodes >= old[0] and entries >= old[1]):
         return path
     number = 1

@@ -6,7 +6,7 @@ conversion (the user's context, then each loop's tool results, each merge's vali
 the nodes it made, so nodes made together share a step and steps follow the run's loops in order.
 A node that carries its own ``loop`` (a later schema may store it) keeps that number instead.
 
-Loading goes through :func:`amb_dspy.storage.bank_file.load_bank`, so a bad file raises the one-line
+Loading goes through :func:`amb_dspy.storage.bank_db.read_bank` (a JSON bank file or a bank database), so a bad file raises the one-line
 ``BankFileError``; no embedding model, DSPy or FAISS is loaded to look at a bank.
 """
 
@@ -26,7 +26,7 @@ from amb_dspy.storage import (
     QueryGraph,
     QueryGraphNode,
 )
-from amb_dspy.storage.bank_file import load_bank
+from amb_dspy.storage.bank_db import read_bank
 
 
 class ViewError(UserError, ValueError):
@@ -149,5 +149,5 @@ def build_view(path: Path, insight_doc: InsightDoc | None, graph: QueryGraph, tr
 def load_view(path: str | Path) -> BankView:
     """Read a bank file for viewing; ``BankFileError`` (one line) if it is not a valid bank."""
     path = Path(path)
-    loaded = load_bank(path, embedding_dim=None)
+    loaded, _ = read_bank(path, embedding_dim=None)
     return build_view(path, loaded.insight_doc, loaded.graph, loaded.tree)

@@ -1,0 +1,283 @@
+"""A bank that grows: one SQLite file whose save after an add writes only the rows that changed.
+
+A JSON bank file (:mod:`amb_dspy.storage.bank_file`) is one document, so adding a 1.5k-token conversation to a
+1M-token bank rewrites some 60 MB. Here the bank is rows keyed by id, so a save writes the new nodes, the few
+old ones the add re-linked or re-described, the new entries and merge events, and the small header. SQLite
+(stdlib ``sqlite3``) rather than an append-only log with snapshots: one file, no compaction to write, and its
+transactions are the crash safety: each save is one transaction, so a process killed mid-save leaves the bank of
+the previous save (the next open rolls the unfinished one back). WAL mode lets ``amb show`` read while a task
+writes. Embeddings are float32 blobs, read back straight into one matrix: exact, and no model run on open.
+
+Tables::
+
+    meta(key, value)                       format, schema_version, embedding_model, embedding_dim,
+                                           insight_doc, hops, save_id (values JSON)
+    nodes(id, seq, body, entries, vector)  one Query Graph node a row, in graph order (seq); body: the node
+                                           without its embedding, JSON; entries: its Interaction Tree entry ids
+    entries(seq, id, body)                 the tree's entries, append-only
+    merge_events(seq, body)                append-only
+
+The JSON file stays the interchange format; :func:`read_bank_db` turns the rows into the object a JSON bank file
+holds and validates it with the same code, so both formats load to the same bank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import uuid
+from collections.abc import Collection
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from amb_dspy.files import PRIVATE_MODE
+from amb_dspy.notices import Notify, notice
+from amb_dspy.storage.bank_file import (
+    FORMAT_NAME,
+    SCHEMA_VERSION,
+    BankFileError,
+    LoadedBank,
+    bank_from_payload,
+    export_target,
+    load_bank,
+)
+from amb_dspy.storage.hops import Hop
+from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.interaction_tree import InteractionTree
+from amb_dspy.storage.query_graph import QueryGraph
+
+DB_SUFFIXES = (".sqlite", ".db")
+_MAGIC = b"SQLite format 3\x00"
+_TABLES = ("meta", "nodes", "entries", "merge_events")
+_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, body TEXT NOT NULL, entries TEXT,
+                    vector BLOB NOT NULL);
+CREATE TABLE entries (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
+CREATE TABLE merge_events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);
+"""
+
+
+@dataclass(frozen=True)
+class SavePoint:
+    """What a store knows of the bank database it last saved to or loaded from: the database's save id
+    then, and how many entries and merge events it held. A later save to the same file writes only what
+    came after, if the file still carries that save id (nobody else wrote it in between)."""
+
+    path: Path
+    save_id: str
+    entries: int
+    merge_events: int
+
+
+def is_bank_db(path: str | Path) -> bool:
+    """Whether ``path`` is (or, when missing or empty, names) a bank database rather than a JSON bank file:
+    decided by its first bytes when it has some, else by its suffix (``.sqlite`` or ``.db``)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_MAGIC))
+    except OSError:
+        head = b""
+    return head == _MAGIC if head else path.suffix.lower() in DB_SUFFIXES
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)  # transactions are explicit: BEGIN ... COMMIT
+    connection.execute("PRAGMA journal_mode=WAL")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
+def _db_error(path: Path, exc: sqlite3.Error) -> BankFileError:
+    return BankFileError(f"{path}: not a readable bank database ({' '.join(str(exc).split())[:150]})")
+
+
+# --- reading -----------------------------------------------------------------------------------
+def read_bank_db(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBank, SavePoint]:
+    """Read and fully validate a bank database (BankFileError, one line, if it is none or damaged), and the
+    save point a store opened from it starts at."""
+    path = Path(path)
+    if not path.is_file():
+        raise BankFileError(f"{path}: no such bank file")
+    if path.stat().st_size == 0:
+        raise BankFileError(f"{path}: empty file, not a bank database")
+    try:
+        with closing(sqlite3.connect(path, isolation_level=None)) as connection:
+            connection.execute("BEGIN")  # one snapshot, though a writer commits meanwhile
+            raw, save_id = _payload(path, connection)
+    except sqlite3.Error as exc:
+        raise _db_error(path, exc) from None
+    loaded = bank_from_payload(raw, embedding_dim, path)
+    return loaded, SavePoint(path, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
+
+
+def _payload(path: Path, connection: sqlite3.Connection) -> tuple[dict[str, Any], str]:
+    """The object a JSON bank file would hold, from the rows (embeddings as arrays), and the save id."""
+    present = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    missing = [table for table in _TABLES if table not in present]
+    if missing:
+        raise BankFileError(f"{path}: not a bank database (no table {', '.join(missing)})")
+    meta = {key: json.loads(value) for key, value in connection.execute("SELECT key, value FROM meta")}
+    if "save_id" not in meta:
+        raise BankFileError(f"{path}: not a bank database (no save id: never saved in full)")
+    rows = connection.execute("SELECT id, body, entries, vector FROM nodes ORDER BY seq").fetchall()
+    dim = meta.get("embedding_dim")
+    nodes, node_to_entries = [], {}
+    for node_id, body, entries, vector in rows:
+        if not isinstance(dim, int) or len(vector) != 4 * dim:
+            raise BankFileError(f"{path}: node {node_id!r} has a vector of {len(vector)} bytes, not {dim} float32s")
+        nodes.append({**json.loads(body), "id": node_id, "embedding": np.frombuffer(vector, dtype=np.float32)})
+        if entries is not None:
+            node_to_entries[node_id] = json.loads(entries)
+    return {
+        **{key: meta.get(key) for key in ("format", "schema_version", "embedding_model", "insight_doc")},
+        "hops": meta.get("hops", []),
+        "query_graph": {"embedding_dim": dim, "nodes": nodes},
+        "interaction_tree": {
+            "entries": [json.loads(body) for (body,) in connection.execute("SELECT body FROM entries ORDER BY seq")],
+            "node_to_entries": node_to_entries,
+            "merge_events": [json.loads(b) for (b,) in connection.execute("SELECT body FROM merge_events ORDER BY seq")],
+        },
+    }, meta["save_id"]
+
+
+# --- writing -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class BankParts:
+    """What a bank holds, as the store has it (the arguments of :func:`~amb_dspy.storage.bank_file.dump_bank`)."""
+
+    insight_doc: InsightDoc | None
+    graph: QueryGraph
+    tree: InteractionTree
+    embedding_dim: int
+    embedding_model: str | None
+    hops: list[Hop]
+
+
+def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
+                  changed: Collection[str] = (), notify: Notify = notice) -> SavePoint:
+    """Save ``bank`` to the database at ``path`` in one transaction; returns the new save point.
+
+    With ``since`` (the save point of this bank's last save to ``path``, still the file's), only the rows of
+    the node ids in ``changed`` (added, edited or removed since) and the entries and merge events after
+    ``since`` are written. Otherwise the file gets the whole bank, replacing what it held, unless it holds a
+    larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do)."""
+    path = Path(path)
+    if since is not None and (since.path != path or _file_save_id(path) != since.save_id):
+        since = None
+    if since is None:
+        path = export_target(path, len(bank.graph), len(bank.tree), notify, size=bank_db_size)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_MODE))  # owner-only, as bank files are
+    try:
+        with closing(_connect(path)) as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                point = _write(connection, path, bank, since, changed)
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+    except sqlite3.Error as exc:
+        raise _db_error(path, exc) from None
+    return point
+
+
+def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: SavePoint | None,
+           changed: Collection[str]) -> SavePoint:
+    """The statements of one save (inside its transaction)."""
+    if since is not None and _save_id(connection) == since.save_id:
+        nodes = [node_id for node_id in bank.graph.nodes_dict if node_id in changed] if changed else []
+        gone = [(node_id,) for node_id in changed if node_id not in bank.graph.nodes_dict]
+        connection.executemany("DELETE FROM nodes WHERE id = ?", gone)
+        entries_from, events_from = since.entries, since.merge_events
+    else:
+        _clear(connection)
+        nodes, entries_from, events_from = list(bank.graph.nodes_dict), 0, 0
+    _write_nodes(connection, bank, nodes)
+    entries = list(bank.tree.entries.values())
+    connection.executemany("INSERT INTO entries (seq, id, body) VALUES (?, ?, ?)",
+                           [(seq, e.entry_id, json.dumps(e.model_dump(mode="json"), ensure_ascii=False))
+                            for seq, e in enumerate(entries[entries_from:], start=entries_from)])
+    events = bank.tree.merge_events
+    connection.executemany("INSERT INTO merge_events (seq, body) VALUES (?, ?)",
+                           [(seq, json.dumps(m.model_dump(mode="json"))) for seq, m in
+                            enumerate(events[events_from:], start=events_from)])
+    save_id = uuid.uuid4().hex
+    meta = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "embedding_model": bank.embedding_model,
+            "embedding_dim": bank.embedding_dim, "save_id": save_id,
+            "insight_doc": bank.insight_doc.model_dump(mode="json") if bank.insight_doc else None,
+            "hops": [hop.model_dump(mode="json") for hop in bank.hops]}
+    connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                           [(key, json.dumps(value, ensure_ascii=False)) for key, value in meta.items()])
+    return SavePoint(path, save_id, len(entries), len(events))
+
+
+def _save_id(connection: sqlite3.Connection) -> str | None:
+    try:
+        row = connection.execute("SELECT value FROM meta WHERE key = 'save_id'").fetchone()
+    except sqlite3.OperationalError:  # no meta table: a new file
+        return None
+    return json.loads(row[0]) if row else None
+
+
+def _file_save_id(path: Path) -> str | None:
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        with closing(sqlite3.connect(path)) as connection:
+            return _save_id(connection)
+    except sqlite3.Error:
+        return None
+
+
+def _clear(connection: sqlite3.Connection) -> None:
+    """An empty bank schema, in place of whatever the file held (inside the save's transaction)."""
+    for table in _TABLES:
+        connection.execute(f"DROP TABLE IF EXISTS {table}")
+    for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it would COMMIT first
+        connection.execute(statement)
+
+
+def _write_nodes(connection: sqlite3.Connection, bank: BankParts, node_ids: list[str]) -> None:
+    """Insert or update these nodes' rows; a new node goes after the last one (its seq), an old one keeps its place."""
+    links = bank.tree.node_to_entries
+    rows = []
+    for node_id in node_ids:
+        node = bank.graph.nodes_dict[node_id]
+        body = node.model_dump(mode="json", exclude={"id", "embedding"})
+        entries = links.get(node_id)
+        rows.append((node_id, json.dumps(body, ensure_ascii=False), json.dumps(list(entries)) if entries else None,
+                     np.ascontiguousarray(node.embedding, dtype=np.float32).tobytes()))
+    connection.executemany(
+        "INSERT INTO nodes (id, seq, body, entries, vector) "
+        "VALUES (?, (SELECT COALESCE(MAX(seq), -1) + 1 FROM nodes), ?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET body = excluded.body, entries = excluded.entries, vector = excluded.vector",
+        rows)
+
+
+def read_bank(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBank, SavePoint | None]:
+    """The bank at ``path`` in either format, decided by the file (:func:`is_bank_db`), fully validated, and
+    its save point when it is a database: the one reader every command and ``MemoryStore.load`` open banks with."""
+    if is_bank_db(path):
+        return read_bank_db(path, embedding_dim)
+    return load_bank(path, embedding_dim), None
+
+
+def bank_db_size(path: Path) -> tuple[int, int] | None:
+    """(nodes, entries) of the bank database at ``path``; ``None`` when there is none or it is no bank."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return None
+    try:
+        with closing(sqlite3.connect(path)) as connection:
+            return (connection.execute("SELECT COUNT(*) FROM nodes").fetchone()[0],
+                    connection.execute("SELECT COUNT(*) FROM entries").fetchone()[0])
+    except sqlite3.Error:
+        return None

@@ -1,0 +1,212 @@
+"""The bank that grows (issue 34, item 2): a SQLite bank database beside the JSON bank file.
+
+Both formats hold the same bank; a save after an add writes only the rows that changed; a process killed
+mid-save leaves the bank of the last save; a damaged database is one line, never an empty bank. Real embedding
+model, real store, real files, the heuristic policy (no LM), a real subprocess killed with SIGKILL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.view.model import load_view
+
+ROOT = Path(__file__).resolve().parents[1]
+SESSIONS = [
+    ("Caroline: I went to the LGBTQ support group yesterday and it was so powerful.\n"
+     "Melanie: That sounds wonderful. I painted a lake sunrise last year, painting relaxes me.\n"
+     "Caroline: I am looking into counseling and mental health jobs now."),
+    ("Melanie: We went camping in the mountains with the kids last weekend.\n"
+     "Caroline: I adopted a dog from the shelter, her name is Luna.\n"
+     "Melanie: The kids loved roasting marshmallows by the campfire."),
+    ("Caroline: My counseling course starts in September at the community college.\n"
+     "Melanie: I signed up for a pottery class, my first bowl came out lopsided.\n"
+     "Caroline: Luna chewed my running shoes, so I bought new ones for the 5k race."),
+]
+
+
+def new_bank(tmp_path: Path, embedder) -> MemoryBank:
+    return MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"),
+                      embedder=embedder)
+
+
+@pytest.fixture
+def grown(tmp_path, embedder) -> MemoryStore:
+    """A store of the first two sessions, each its own document."""
+    bank = new_bank(tmp_path, embedder)
+    bank.ingest(SESSIONS[0], "session 1", date="2023-05-08")
+    bank.ingest(SESSIONS[1], "session 2", into=bank.session.store, date="2023-05-25")
+    return bank.session.store
+
+
+def same_bank(a: MemoryStore, b: MemoryStore) -> None:
+    assert b.payload() == a.payload()
+    assert [n.id for n in b.graph.nodes_dict.values()] == [n.id for n in a.graph.nodes_dict.values()]
+    b.check()
+
+
+def test_json_and_database_round_trip_to_the_same_bank(grown, tmp_path, embedder):
+    database = grown.export(tmp_path / "bank.sqlite")
+    from_database = MemoryStore.load(database, embedder)
+    same_bank(grown, from_database)
+    exported = from_database.export(tmp_path / "bank.json")  # export -> import equal
+    same_bank(grown, MemoryStore.load(exported, embedder))
+    again = MemoryStore.load(exported, embedder).export(tmp_path / "again.db")
+    same_bank(grown, MemoryStore.load(again, embedder))
+    assert json.loads(exported.read_text())["schema_version"] == 3
+
+
+def test_amb_show_reads_a_database(grown, tmp_path):
+    path = grown.export(tmp_path / "bank.sqlite")
+    view = load_view(path)
+    assert len(view.nodes) == len(grown.graph) and len(view.entries) == len(grown.tree)
+
+
+def touched_rows(path: Path) -> None:
+    """Triggers that log each node and entry row a later save inserts or updates."""
+    with sqlite3.connect(path) as connection:
+        connection.executescript("""
+            CREATE TABLE touched (kind TEXT, id TEXT);
+            CREATE TRIGGER node_in AFTER INSERT ON nodes BEGIN INSERT INTO touched VALUES ('node', new.id); END;
+            CREATE TRIGGER node_up AFTER UPDATE ON nodes BEGIN INSERT INTO touched VALUES ('node', new.id); END;
+            CREATE TRIGGER node_out AFTER DELETE ON nodes BEGIN INSERT INTO touched VALUES ('gone', old.id); END;
+            CREATE TRIGGER entry_in AFTER INSERT ON entries BEGIN INSERT INTO touched VALUES ('entry', new.id); END;
+        """)
+
+
+def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, embedder):
+    path = grown.export(tmp_path / "bank.sqlite")
+    store = MemoryStore.load(path, embedder)
+    before = {node.id: node.model_copy(deep=True) for node in store.graph.nodes_dict.values()}
+    touched_rows(path)
+    bank = new_bank(tmp_path, embedder)
+    assert bank.ingest(SESSIONS[2], "session 3", into=store, date="2023-06-09").added
+    assert store.export(path) == path
+    with sqlite3.connect(path) as connection:
+        rows = connection.execute("SELECT kind, id FROM touched").fetchall()
+        assert connection.execute("SELECT COUNT(*) FROM nodes").fetchone()[0] == len(store.graph)
+    new_entry = list(store.tree.entries)[-1]
+    assert [row for row in rows if row[0] == "entry"] == [("entry", new_entry)]  # old entries never rewritten
+    written = {node_id for kind, node_id in rows if kind == "node"}
+    differ = {node_id for node_id, node in store.graph.nodes_dict.items()
+              if before.get(node_id) != node or store.tree.node_to_entries.get(node_id) != grown.tree.node_to_entries.get(node_id)}
+    assert differ <= written  # every changed row was written ...
+    assert written <= set(store.graph.nodes_dict) | set(before)
+    assert len(written) < len(store.graph)  # ... and not the whole bank
+    assert {node_id for kind, node_id in rows if kind == "gone"} == set(before) - set(store.graph.nodes_dict)
+    same_bank(store, MemoryStore.load(path, embedder))
+
+
+def test_a_save_to_another_database_or_after_another_writer_writes_everything(grown, tmp_path, embedder):
+    first = grown.export(tmp_path / "a.sqlite")
+    other = MemoryStore.load(first, embedder)
+    bank = new_bank(tmp_path, embedder)
+    bank.ingest(SESSIONS[2], "session 3", into=other)
+    other.export(first)  # the file moved on: grown's save point no longer matches it
+    written = grown.export(first)
+    assert written == tmp_path / "a.1.sqlite"  # the file holds a larger bank: it is kept, grown goes beside it
+    same_bank(grown, MemoryStore.load(written, embedder))
+    same_bank(other, MemoryStore.load(first, embedder))
+    assert grown.export(tmp_path / "b.db") == tmp_path / "b.db"
+    same_bank(grown, MemoryStore.load(tmp_path / "b.db", embedder))
+
+
+KILLED_MID_SAVE = """
+import os, sys, time
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.retrieval.embedding import default_embedder
+from amb_dspy.storage import bank_db
+
+path, work, text = sys.argv[1], sys.argv[2], sys.argv[3]
+write_nodes = bank_db._write_nodes
+def stalled(*args):
+    write_nodes(*args)  # rows written inside the open transaction; then wait to be killed
+    print("mid-save", flush=True)
+    time.sleep(120)
+bank_db._write_nodes = stalled
+embedder = default_embedder()
+store = MemoryStore.load(path, embedder) if os.path.exists(path) else None
+bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work + "/s", temp_dir=work + "/t"), embedder=embedder)
+bank.ingest(text, "killed", into=store)
+bank.session.store.export(path)
+"""
+
+
+def kill_mid_save(path: Path, work: Path, text: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, str(path), str(work), text], cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "mid-save", child.stderr.read()[-2000:]
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
+def test_kill_9_mid_save_leaves_the_last_saved_bank(grown, tmp_path, embedder):
+    path = grown.export(tmp_path / "bank.sqlite")
+    kill_mid_save(path, tmp_path, SESSIONS[2])
+    same_bank(grown, MemoryStore.load(path, embedder))  # the killed add is lost, the bank is not
+    bank = new_bank(tmp_path, embedder)
+    store = MemoryStore.load(path, embedder)
+    bank.ingest(SESSIONS[2], "session 3", into=store)
+    store.export(path)  # and the bank goes on growing
+    same_bank(store, MemoryStore.load(path, embedder))
+
+
+def test_kill_9_mid_first_save_leaves_no_bank_rather_than_an_empty_one(tmp_path):
+    path = tmp_path / "new.sqlite"
+    kill_mid_save(path, tmp_path, SESSIONS[0])
+    with pytest.raises(BankFileError) as caught:
+        load_view(path)
+    assert "\n" not in str(caught.value) and str(path) in str(caught.value)
+
+
+def test_a_schema_3_json_bank_and_a_schema_1_bank_open_and_convert(grown, tmp_path, embedder):
+    json_path = grown.export(tmp_path / "bank.json")
+    assert json.loads(json_path.read_text())["schema_version"] == 3
+    same_bank(grown, MemoryStore.load(json_path, embedder))
+    old = ROOT / "tests" / "data" / "bank_v1.json"
+    view = load_view(old)
+    converted = tmp_path / "v1.sqlite"
+    notices: list[str] = []
+    MemoryStore.load(old, embedder, notices).export(converted)
+    assert len(load_view(converted).nodes) == len(view.nodes)
+
+
+@pytest.mark.parametrize("damage", ["empty", "no nodes table", "truncated", "not sqlite"])
+def test_a_damaged_database_is_one_line_never_an_empty_bank(grown, tmp_path, embedder, damage):
+    path = grown.export(tmp_path / "bank.db")
+    if damage == "empty":
+        path.write_bytes(b"")
+    elif damage == "no nodes table":
+        with sqlite3.connect(path) as connection:
+            connection.execute("DROP TABLE nodes")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:200])
+    else:
+        path.write_bytes(b"SQLite format 3\x00" + b"\x07" * 500)
+    for opener in (lambda: MemoryStore.load(path, embedder), lambda: load_view(path)):
+        with pytest.raises(BankFileError) as caught:
+            opener()
+        message = str(caught.value)
+        assert "\n" not in message and message.startswith(str(path)), message
+    if damage == "no nodes table":
+        assert "no table nodes" in message
