@@ -210,3 +210,29 @@ def test_a_damaged_database_is_one_line_never_an_empty_bank(grown, tmp_path, emb
         assert "\n" not in message and message.startswith(str(path)), message
     if damage == "no nodes table":
         assert "no table nodes" in message
+
+
+def test_bm25_built_in_one_go_scores_as_built_one_by_one():
+    """Opening a bank indexes all its nodes at once (BM25Index.add_many): the index must be the one that
+    adding them one by one gives."""
+    import random
+
+    import numpy as np
+
+    from amb_dspy.retrieval.keyword import BM25Index
+
+    rng = random.Random(1)
+    words = [f"t{i}" for i in range(300)]
+    docs = [[rng.choice(words) for _ in range(rng.randint(0, 30))] for _ in range(500)]
+    one_by_one, at_once = BM25Index(), BM25Index()
+    for key, tokens in enumerate(docs):
+        one_by_one.add(key, tokens)
+    at_once.add(0, docs[0])
+    at_once.add_many(list(range(1, 500)), docs[1:])  # onto an index that holds some already
+    at_once.add_many([], [])
+    for _ in range(50):
+        query = [rng.choice(words) for _ in range(5)]
+        assert np.array_equal(at_once.scores(query), one_by_one.scores(query))
+    assert [at_once.tokens(k) for k in range(500)] == docs
+    with pytest.raises(KeyError):
+        at_once.add_many([3], [["t1"]])

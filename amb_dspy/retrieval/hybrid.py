@@ -86,14 +86,12 @@ class HybridIndex:
         if keys[-1] >= len(self._alive):
             self._alive = np.concatenate([self._alive, np.zeros(max(len(self._alive), len(keys)), dtype=bool)])
         self.vector.add(keys, vectors)
-        added: list[int] = []
         try:
-            for key, tokens in zip(keys.tolist(), token_lists):
-                self.keyword.add(key, tokens)
-                added.append(key)
+            self.keyword.add_many(keys.tolist(), token_lists)
         except BaseException:
-            for key in added:
-                self.keyword.remove(key)
+            for key in keys.tolist():
+                if key in self.keyword:
+                    self.keyword.remove(key)
             self.vector.remove(keys)
             raise
         self._next_key += len(doc_ids)

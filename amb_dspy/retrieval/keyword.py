@@ -91,6 +91,17 @@ class _Postings:
         self.tfs[self.size] = tf
         self.size += 1
 
+    def extend(self, keys: list[int], tfs: list[int]) -> None:
+        """Append many (key, tf) pairs at once."""
+        size = self.size + len(keys)
+        if size > len(self.keys):
+            capacity = max(size, 2 * len(self.keys))
+            self.keys = np.concatenate([self.keys[: self.size], np.empty(capacity - self.size, dtype=np.int64)])
+            self.tfs = np.concatenate([self.tfs[: self.size], np.empty(capacity - self.size, dtype=np.float64)])
+        self.keys[self.size:size] = keys
+        self.tfs[self.size:size] = tfs
+        self.size = size
+
     def remove(self, key: int) -> None:
         where = int(np.flatnonzero(self.keys[: self.size] == key)[0])
         last = self.size - 1
@@ -141,6 +152,46 @@ class BM25Index:
                 postings = self._postings[term] = _Postings()
             postings.add(key, tf)
         self._version += 1
+
+    def add_many(self, keys: list[int], token_lists: list[list[str]]) -> None:
+        """:meth:`add` for many documents, each term's postings extended once rather than once a document:
+        what opening a bank of thousands of nodes spends its time on. The same index as adding them in order."""
+        if len(set(keys)) != len(keys) or any(key in self._doc_terms for key in keys):
+            raise KeyError("document keys must be distinct and not indexed yet")
+        if not keys:
+            return
+        if max(keys) >= len(self._doc_len):
+            grown = np.zeros(max(max(keys) + 1, 2 * len(self._doc_len)), dtype=np.float64)
+            grown[: len(self._doc_len)] = self._doc_len
+            self._doc_len = grown
+        interned = [tuple(map(sys.intern, tokens)) for tokens in token_lists]
+        lengths = np.fromiter(map(len, interned), dtype=np.int64, count=len(interned))
+        for key, tokens, length in zip(keys, interned, lengths.tolist()):
+            self._doc_terms[key] = tokens
+            self._doc_len[key] = length
+            self._total_len += length
+        if lengths.sum():
+            self._add_postings(keys, interned, lengths)
+        self._version += 1
+
+    def _add_postings(self, keys: list[int], interned: list[tuple[str, ...]], lengths: np.ndarray) -> None:
+        """Every (term, document) pair of these documents counted at once (sorted by term, then document) and
+        appended to the term's postings."""
+        ids: dict[str, int] = {}
+        term_ids = np.fromiter((ids.setdefault(t, len(ids)) for tokens in interned for t in tokens), dtype=np.int64,
+                               count=int(lengths.sum()))
+        vocabulary = list(ids)
+        docs = np.repeat(np.asarray(keys, dtype=np.int64), lengths)
+        pairs, tfs = np.unique(term_ids * (max(keys) + 1) + docs, return_counts=True)
+        pair_terms, pair_docs = np.divmod(pairs, max(keys) + 1)
+        bounds = np.flatnonzero(np.diff(pair_terms)) + 1
+        for term_id, term_docs, term_tfs in zip(pair_terms[np.r_[0, bounds]].tolist(), np.split(pair_docs, bounds),
+                                                np.split(tfs, bounds)):
+            term = vocabulary[term_id]
+            postings = self._postings.get(term)
+            if postings is None:
+                postings = self._postings[term] = _Postings()
+            postings.extend(term_docs, term_tfs)
 
     def tokens(self, key: int) -> list[str]:
         """The document's tokens, as they were added."""

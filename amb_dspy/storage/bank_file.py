@@ -230,8 +230,9 @@ def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBan
 
 def check_sources(graph: QueryGraph, tree: InteractionTree) -> None:
     """Every node's sources name one of its entries, with spans inside that entry's text (GraphError if not)."""
+    node_to_entries = tree.node_to_entries  # a copy each time it is read: read it once, not once a node
     for node in graph.nodes_dict.values():
-        linked = set(tree.node_to_entries.get(node.id, ()))
+        linked = set(node_to_entries.get(node.id, ()))
         for source in node.sources:
             if source.entry_id not in linked:
                 raise GraphError(f"node {node.id!r} names a source entry {source.entry_id!r} it is not linked to")
