@@ -9,7 +9,8 @@ view's ``<memory>`` block at 1,000 tokens (what ``memory_context`` returns) p50 
 HotpotQA questions of the items in the bank (and the first block after the step, which lays out the new
 lines), the evidence recall of that block and of a flat hybrid index over all the items' sentences at the same
 budget (``bench/memory_recall.py``'s measures), the seconds to open the exported bank, its bytes, and the
-process's RSS. First, unless ``--no-sessions``: LoCoMo conversations ingested in one go against session by
+process's RSS; the same for the bank database (``bank.sqlite``, saved after each step with only what the step
+changed: ``db_save_s``, ``db_open_s``, ``db_bytes``). First, unless ``--no-sessions``: LoCoMo conversations ingested in one go against session by
 session, evidence recall at 1,000 tokens of each. Last line: one JSON object.
 
     python bench/growth.py [--hotpotqa PATH]... [--locomo PATH]... [--sizes 16000,64000,...] [--questions 60]
@@ -182,6 +183,7 @@ def measure_size(growing: GrowingBank, questions: list[Question], work: Path) ->
     started = time.perf_counter()
     MemoryStore.load(path, growing.embedder)
     opened = time.perf_counter() - started
+    database, saved, db_opened = bank_database(growing.store, work)
     rss, peak = _rss_mb()
     times.sort()
     return {"tokens": growing.tokens, "nodes": len(growing.store.graph), "entries": len(growing.store.tree),
@@ -190,7 +192,19 @@ def measure_size(growing: GrowingBank, questions: list[Question], work: Path) ->
             "first_context_ms": round(1000 * first, 1), "view_recall": round(statistics.fmean(view), 4),
             "flat_recall": round(statistics.fmean(flat), 4), "questions": len(questions),
             "open_s": round(opened, 3), "export_s": round(exported, 3), "bytes": path.stat().st_size,
+            "db_open_s": round(db_opened, 3), "db_save_s": round(saved, 3), "db_bytes": database.stat().st_size,
             "rss_mb": round(rss), "peak_rss_mb": round(peak)}
+
+
+def bank_database(store: MemoryStore, work: Path) -> tuple[Path, float, float]:
+    """The bank saved to its database (only what changed since the last size's save: the same store, the same
+    file) and opened from it: the path, seconds to save, seconds to open."""
+    started = time.perf_counter()
+    path = store.export(work / "bank.sqlite")
+    saved = time.perf_counter() - started
+    started = time.perf_counter()
+    MemoryStore.load(path, store.embedder)
+    return path, saved, time.perf_counter() - started
 
 
 def spread(questions: list[Question], n: int) -> list[Question]:
