@@ -58,11 +58,13 @@ def same_bank(a: MemoryStore, b: MemoryStore) -> None:
 
 def test_json_and_database_round_trip_to_the_same_bank(grown, tmp_path, embedder):
     database = grown.export(tmp_path / "bank.sqlite")
+    assert database.read_bytes()[:16] == b"SQLite format 3\x00"
     from_database = MemoryStore.load(database, embedder)
     same_bank(grown, from_database)
     exported = from_database.export(tmp_path / "bank.json")  # export -> import equal
     same_bank(grown, MemoryStore.load(exported, embedder))
     again = MemoryStore.load(exported, embedder).export(tmp_path / "again.db")
+    assert again.read_bytes()[:16] == b"SQLite format 3\x00"
     same_bank(grown, MemoryStore.load(again, embedder))
     assert json.loads(exported.read_text())["schema_version"] == 3
 

@@ -327,9 +327,7 @@ class MemoryStore:
             if notices is not None:
                 notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
                                f"{len(nodes)} nodes embedded again with {model}")
-        if nodes:  # one FAISS write for all the vectors
-            store.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
-                                 np.stack([node.embedding for node in nodes]))
+        store._index_all()
         return store
 
     def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:
@@ -338,9 +336,15 @@ class MemoryStore:
         other = type(self)(self.embedder, insight_doc)
         other.graph = self.graph.model_copy(deep=True)
         other.tree = InteractionTree.from_dict(self.tree.to_dict())
-        for node in other.graph.nodes_dict.values():
-            other.index.add(node.id, node.embedding_text, node.embedding)
+        other._index_all()
         return other
+
+    def _index_all(self) -> None:
+        """Index every node of a store just made (one FAISS write for all the vectors)."""
+        nodes = list(self.graph.nodes_dict.values())
+        if nodes:
+            self.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
+                                np.stack([node.embedding for node in nodes]))
 
     def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict

@@ -217,7 +217,7 @@ def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBan
                 raise GraphError(f"node {node.id!r} appears twice")
             graph.nodes_dict[node.id] = node
         graph.check()
-        tree = InteractionTree.from_dict(data.interaction_tree.model_dump())
+        tree = InteractionTree.from_dict(dict(data.interaction_tree))  # validated entries, not dumped and read again
         for node_id in tree.node_to_entries:
             if node_id not in graph.nodes_dict:
                 raise GraphError(f"interaction entries are linked to unknown node {node_id!r}")
