@@ -75,6 +75,25 @@ def test_amb_show_reads_a_database(grown, tmp_path):
     assert len(view.nodes) == len(grown.graph) and len(view.entries) == len(grown.tree)
 
 
+def test_a_task_starts_from_a_database_as_from_a_json_bank(grown, tmp_path, embedder):
+    from amb_dspy.task.tools import ToolHost, memory_start_task
+
+    bank = new_bank(tmp_path, embedder)
+    grown.export(bank.config.storage_dir / "bank.sqlite")
+    started = []
+
+    def start_session(goal, **options):
+        started.append(bank.start_session(goal, **options))
+        return started[-1]
+
+    host = ToolHost(bank.config, embedder, start_session)
+    task_id = memory_start_task(host, "What does Caroline study?", bank="bank.sqlite")["task_id"]
+    session, = started
+    assert session.task_id == task_id
+    assert session.store.graph.nodes_dict == grown.graph.nodes_dict and session.store.tree == grown.tree
+    session.store.check()
+
+
 def touched_rows(path: Path) -> None:
     """Triggers that log each node and entry row a later save inserts or updates."""
     with sqlite3.connect(path) as connection:
