@@ -2,7 +2,8 @@
 
 Every public method is a transaction. Work that can fail (embedding, validation) runs before the
 first change; every change registers its inverse, and if anything raises part-way the inverses run
-in reverse order, so the four structures change together or not at all.
+in reverse order, so the four structures change together or not at all. Every change also names the nodes
+whose stored row it alters (``unsaved_nodes``): all a bank database's next save writes besides new entries.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class MemoryStore:
         # Node ids whose rows the next save to a bank database rewrites (or deletes), and where that database
         # was last saved or loaded (amb_dspy.storage.bank_db). A rolled-back change leaves its ids here: a
         # row written again unchanged costs little, a row missed would be lost.
-        self.changed: set[str] = set()
+        self.unsaved_nodes: set[str] = set()
         self.save_point: SavePoint | None = None
 
     # --- transactions ------------------------------------------------------------------------
@@ -79,7 +80,7 @@ class MemoryStore:
 
     # --- primitive steps (each registers its inverse) -----------------------------------------
     def _insert(self, node: QueryGraphNode) -> None:
-        self.changed.add(node.id)
+        self.unsaved_nodes.add(node.id)
         self.graph.add_node(node)
         self._did(lambda: self.graph.delete_node(node.id))
         self.index.add(node.id, node.embedding_text, node.embedding)
@@ -88,7 +89,7 @@ class MemoryStore:
     def _link(self, a: str, b: str) -> bool:
         added = self.graph.add_edge(a, b)
         if added:
-            self.changed.update((a, b))
+            self.unsaved_nodes.update((a, b))
             self._did(lambda: self.graph.remove_edge(a, b))
         return added
 
@@ -98,14 +99,14 @@ class MemoryStore:
             return
         # The undo puts each id back where it was, so a rolled-back node compares equal to before.
         i, j = node_a.links.index(b), node_b.links.index(a)
-        self.changed.update((a, b))
+        self.unsaved_nodes.update((a, b))
         self.graph.remove_edge(a, b)
         self._did(lambda: self.graph.restore_edge(a, b, i, j))
 
     def _add_source(self, node_id: str, source: Source) -> None:
         node = self.graph.node(node_id)
         before = list(node.sources)
-        self.changed.add(node_id)
+        self.unsaved_nodes.add(node_id)
         node.sources = merge_sources(before, [source])
         self._did(lambda: setattr(node, "sources", before))
 
@@ -116,7 +117,7 @@ class MemoryStore:
             order = self.graph.order()
             self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
-        self.changed.add(node_id)
+        self.unsaved_nodes.add(node_id)
         node = self.graph.delete_node(node_id)
         self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
@@ -130,7 +131,7 @@ class MemoryStore:
             node.context, node.keywords, node.embedding = before[0], before[1], before[2]
             self.index.update(node.id, node.embedding_text, node.embedding)
 
-        self.changed.add(node_id)
+        self.unsaved_nodes.add(node_id)
         node.context, node.keywords, node.embedding = update.context, list(update.keywords), vector
         self._did(restore)
         self.index.update(node.id, node.embedding_text, vector)
@@ -207,7 +208,7 @@ class MemoryStore:
             self.graph.node(node_id)
         with self.transaction():
             self.tree.add_entry(entry)
-            self.changed.update(node_ids)
+            self.unsaved_nodes.update(node_ids)
             for node_id in node_ids:
                 self.tree.link(node_id, entry.entry_id)
                 own = tuple(spans.get(node_id) or ([(0, len(entry.text))] if entry.text else []))
@@ -226,7 +227,7 @@ class MemoryStore:
         for node_id in node_ids:
             self.graph.node(node_id)
         with self.transaction():
-            self.changed.update(node_ids)
+            self.unsaved_nodes.update(node_ids)
             for node_id in node_ids:
                 self.tree.link(node_id, entry_id)
 
@@ -287,8 +288,8 @@ class MemoryStore:
                              embedding_model_name(self.embedder), self.hops)
         parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
                           self.hops)
-        self.save_point = write_bank_db(path, parts, self.save_point, self.changed)
-        self.changed = set()
+        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes)
+        self.unsaved_nodes = set()
         return self.save_point.path
 
     @classmethod
@@ -323,7 +324,7 @@ class MemoryStore:
             vectors = store._embed([node.embedding_text for node in nodes])
             for node, vector in zip(nodes, vectors):
                 node.embedding = vector
-            store.changed.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
+            store.unsaved_nodes.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
             if notices is not None:
                 notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
                                f"{len(nodes)} nodes embedded again with {model}")
