@@ -21,19 +21,19 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage.bank_file import BankFileError
 from amb_dspy.view.model import load_view
+from optimize.locomo import load_locomo
 
 ROOT = Path(__file__).resolve().parents[1]
-SESSIONS = [
-    ("Caroline: I went to the LGBTQ support group yesterday and it was so powerful.\n"
-     "Melanie: That sounds wonderful. I painted a lake sunrise last year, painting relaxes me.\n"
-     "Caroline: I am looking into counseling and mental health jobs now."),
-    ("Melanie: We went camping in the mountains with the kids last weekend.\n"
-     "Caroline: I adopted a dog from the shelter, her name is Luna.\n"
-     "Melanie: The kids loved roasting marshmallows by the campfire."),
-    ("Caroline: My counseling course starts in September at the community college.\n"
-     "Melanie: I signed up for a pottery class, my first bowl came out lopsided.\n"
-     "Caroline: Luna chewed my running shoes, so I bought new ones for the 5k race."),
-]
+DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or ROOT.parent / "shared" / "datasets" / "locomo")
+
+
+def _sessions() -> list[str]:
+    """LoCoMo conversation 30's first three sessions, as an assistant receives them (one document each)."""
+    conversation = load_locomo(f"locomo:{DATA / '30.json'}")[0]
+    return ["\n".join(turn.line() for turn in conversation.turns if turn.session == number) for number in (1, 2, 3)]
+
+
+SESSIONS = _sessions()
 
 
 def new_bank(tmp_path: Path, embedder) -> MemoryBank:
@@ -127,6 +127,27 @@ def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, 
     assert len(written) < len(store.graph)  # ... and not the whole bank
     assert {node_id for kind, node_id in rows if kind == "gone"} == set(before) - set(store.graph.nodes_dict)
     same_bank(store, MemoryStore.load(path, embedder))
+
+
+def test_merges_deletions_and_the_insight_doc_reach_the_database(grown, tmp_path, embedder):
+    from amb_dspy.storage import Hop, InsightDoc, NodeContent
+
+    path = grown.export(tmp_path / "bank.sqlite")
+    store = MemoryStore.load(path, embedder)
+    first, second, third = list(store.graph.nodes_dict)[:3]
+    store.merge_nodes([first, second], NodeContent(summary="Caroline and Melanie", context="friends", keywords=["friends"]),
+                      "the same two friends")
+    store.delete_node(third)
+    store.set_insight_doc(InsightDoc(task_goal="What did Melanie paint?"))
+    store.record_hop(Hop(loop=1, task="find the painting", kind="NORMAL", answer="a lake sunrise", success=True))
+    with pytest.raises(KeyError):  # a change that fails part-way changes nothing, in memory or on disk
+        with store.transaction():
+            store.add_edge(list(store.graph.nodes_dict)[-1], list(store.graph.nodes_dict)[-2])
+            raise KeyError("rolled back")
+    assert store.export(path) == path
+    reopened = MemoryStore.load(path, embedder)
+    same_bank(store, reopened)
+    assert len(reopened.tree.merge_events) == 1 and reopened.hops == store.hops
 
 
 def test_a_save_to_another_database_or_after_another_writer_writes_everything(grown, tmp_path, embedder):
