@@ -27,13 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or ROOT.parent / "shared" / "datasets" / "locomo")
 
 
-def _sessions() -> list[str]:
+@pytest.fixture(scope="module")
+def sessions() -> list[str]:
     """LoCoMo conversation 30's first three sessions, as an assistant receives them (one document each)."""
     conversation = load_locomo(f"locomo:{DATA / '30.json'}")[0]
     return ["\n".join(turn.line() for turn in conversation.turns if turn.session == number) for number in (1, 2, 3)]
-
-
-SESSIONS = _sessions()
 
 
 def new_bank(tmp_path: Path, embedder) -> MemoryBank:
@@ -42,11 +40,11 @@ def new_bank(tmp_path: Path, embedder) -> MemoryBank:
 
 
 @pytest.fixture
-def grown(tmp_path, embedder) -> MemoryStore:
+def grown(tmp_path, embedder, sessions) -> MemoryStore:
     """A store of the first two sessions, each its own document."""
     bank = new_bank(tmp_path, embedder)
-    bank.ingest(SESSIONS[0], "session 1", date="2023-05-08")
-    bank.ingest(SESSIONS[1], "session 2", into=bank.session.store, date="2023-05-25")
+    bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    bank.ingest(sessions[1], "session 2", into=bank.session.store, date="2023-05-25")
     return bank.session.store
 
 
@@ -106,13 +104,13 @@ def touched_rows(path: Path) -> None:
         """)
 
 
-def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, embedder):
+def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, embedder, sessions):
     path = grown.export(tmp_path / "bank.sqlite")
     store = MemoryStore.load(path, embedder)
     before = {node.id: node.model_copy(deep=True) for node in store.graph.nodes_dict.values()}
     touched_rows(path)
     bank = new_bank(tmp_path, embedder)
-    assert bank.ingest(SESSIONS[2], "session 3", into=store, date="2023-06-09").added
+    assert bank.ingest(sessions[2], "session 3", into=store, date="2023-06-09").added
     assert store.export(path) == path
     with sqlite3.connect(path) as connection:
         rows = connection.execute("SELECT kind, id FROM touched").fetchall()
@@ -150,11 +148,11 @@ def test_merges_deletions_and_the_insight_doc_reach_the_database(grown, tmp_path
     assert len(reopened.tree.merge_events) == 1 and reopened.hops == store.hops
 
 
-def test_a_save_to_another_database_or_after_another_writer_writes_everything(grown, tmp_path, embedder):
+def test_a_save_to_another_database_or_after_another_writer_writes_everything(grown, tmp_path, embedder, sessions):
     first = grown.export(tmp_path / "a.sqlite")
     other = MemoryStore.load(first, embedder)
     bank = new_bank(tmp_path, embedder)
-    bank.ingest(SESSIONS[2], "session 3", into=other)
+    bank.ingest(sessions[2], "session 3", into=other)
     other.export(first)  # the file moved on: grown's save point no longer matches it
     written = grown.export(first)
     assert written == tmp_path / "a.1.sqlite"  # the file holds a larger bank: it is kept, grown goes beside it
@@ -202,20 +200,20 @@ def kill_mid_save(path: Path, work: Path, text: str) -> None:
             child.wait()
 
 
-def test_kill_9_mid_save_leaves_the_last_saved_bank(grown, tmp_path, embedder):
+def test_kill_9_mid_save_leaves_the_last_saved_bank(grown, tmp_path, embedder, sessions):
     path = grown.export(tmp_path / "bank.sqlite")
-    kill_mid_save(path, tmp_path, SESSIONS[2])
+    kill_mid_save(path, tmp_path, sessions[2])
     same_bank(grown, MemoryStore.load(path, embedder))  # the killed add is lost, the bank is not
     bank = new_bank(tmp_path, embedder)
     store = MemoryStore.load(path, embedder)
-    bank.ingest(SESSIONS[2], "session 3", into=store)
+    bank.ingest(sessions[2], "session 3", into=store)
     store.export(path)  # and the bank goes on growing
     same_bank(store, MemoryStore.load(path, embedder))
 
 
-def test_kill_9_mid_first_save_leaves_no_bank_rather_than_an_empty_one(tmp_path):
+def test_kill_9_mid_first_save_leaves_no_bank_rather_than_an_empty_one(tmp_path, sessions):
     path = tmp_path / "new.sqlite"
-    kill_mid_save(path, tmp_path, SESSIONS[0])
+    kill_mid_save(path, tmp_path, sessions[0])
     with pytest.raises(BankFileError) as caught:
         load_view(path)
     assert "\n" not in str(caught.value) and str(path) in str(caught.value)
