@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sqlite3
 import subprocess
@@ -190,7 +191,8 @@ def kill_mid_save(path: Path, work: Path, text: str) -> None:
     child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, str(path), str(work), text], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        line = child.stdout.readline()
+        ready, _, _ = select.select([child.stdout], [], [], 300)  # never wait forever on a child that hangs
+        line = child.stdout.readline() if ready else ""
         assert line.strip() == "mid-save", child.stderr.read()[-2000:]
         child.send_signal(signal.SIGKILL)
         assert child.wait(timeout=30) == -signal.SIGKILL
