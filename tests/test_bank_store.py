@@ -233,7 +233,7 @@ def test_a_schema_3_json_bank_and_a_schema_1_bank_open_and_convert(grown, tmp_pa
     assert len(load_view(converted).nodes) == len(view.nodes)
 
 
-@pytest.mark.parametrize("damage", ["empty", "no nodes table", "truncated", "not sqlite"])
+@pytest.mark.parametrize("damage", ["empty", "no nodes table", "truncated", "not sqlite", "bad row", "text vector"])
 def test_a_damaged_database_is_one_line_never_an_empty_bank(grown, tmp_path, embedder, damage):
     path = grown.export(tmp_path / "bank.db")
     if damage == "empty":
@@ -241,6 +241,10 @@ def test_a_damaged_database_is_one_line_never_an_empty_bank(grown, tmp_path, emb
     elif damage == "no nodes table":
         with sqlite3.connect(path) as connection:
             connection.execute("DROP TABLE nodes")
+    elif damage in ("bad row", "text vector"):
+        with sqlite3.connect(path) as connection:
+            column, value = ("body", "{") if damage == "bad row" else ("vector", "x" * 1536)
+            connection.execute(f"UPDATE nodes SET {column} = ?", (value,))
     elif damage == "truncated":
         path.write_bytes(path.read_bytes()[:200])
     else:

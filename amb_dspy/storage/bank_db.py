@@ -113,6 +113,11 @@ def read_bank_db(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBan
             raw, save_id = _payload(path, connection)
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
+    except BankFileError:
+        raise
+    except (ValueError, TypeError, RecursionError) as exc:  # a row that is not the JSON or the blob it should be
+        raise BankFileError(f"{path}: damaged bank database ({type(exc).__name__}: "
+                            f"{' '.join(str(exc).split())[:120]})") from None
     loaded = bank_from_payload(raw, embedding_dim, path)
     return loaded, SavePoint(path, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
 
