@@ -9,13 +9,14 @@ threads:
   (:class:`~amb_dspy.task.loop.TaskLoop`);
 * :meth:`MemoryBank.resume` loads a checkpointed session (:meth:`TaskSession.load`) and goes on;
 * :meth:`MemoryBank.ingest` converts a context into memory, no planning and no executor;
+* :meth:`MemoryBank.add_documents` ingests files, folders and globs into a new or existing bank;
 * :meth:`MemoryBank.start_session` hands a session to an agent outside the loop (MCP, LangGraph...).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,9 @@ import dspy
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
-from amb_dspy.errors import InputError
+from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
+from amb_dspy.memory.documents import AddResult, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage import InsightDoc
@@ -174,16 +176,70 @@ class MemoryBank:
             raise InputError("nothing to ingest: the context is empty")
         store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state, added = session.state, True
+        state, added, replaced = session.state, True, False
         with session.meter.counting():
             try:
-                added = session.memory.add_document(state, context, name, date) is not None
+                conversion = session.memory.add_document(state, context, name, date)
+                added = conversion is not None
+                replaced = added and conversion.entry is not None and "supersedes" in conversion.entry.metadata
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
-        session.emit("done", "ingested" if added else "unchanged: already in the bank")
+        session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
+                     else "unchanged: already in the bank")
         return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),
                             fallbacks=dict(state.fallbacks), errors=state.errors,
-                            seconds=round(time.monotonic() - started, 3), added=added)
+                            seconds=round(time.monotonic() - started, 3), added=added, replaced=replaced)
+
+    def add_documents(self, paths: Iterable[str | Path], *, into: MemoryStore | str | Path | None = None) -> AddResult:
+        """Add files, folders (read recursively) and globs to a bank, each document with :meth:`ingest`: its own
+        entry, named by its path (:mod:`amb_dspy.memory.documents` says what is read and how it is named).
+
+        ``into``: a store, or a bank file (loaded; a missing file: a new bank); a new bank by default. Export
+        it afterwards (:meth:`export`). An unchanged document adds nothing; a changed one (same name, new text)
+        is added and its old version's nodes are marked superseded. What cannot be read or is over
+        ``max_context_bytes`` (per document) is a line of ``skipped`` (and a notice) and the rest is added."""
+        started, result = time.monotonic(), AddResult()
+        store = into if isinstance(into, MemoryStore) else self._bank_store(into)
+
+        def skip(line: str) -> None:
+            result.skipped.append(line)
+            self._report("notice", line, store)
+
+        for document in read_documents(paths, self.config.max_context_bytes, skip):
+            self._report("document", document.name, store)
+            try:
+                ingested = self.ingest(document.text, document.name, into=store, date=document.date)
+            except InputError as exc:
+                skip(f"skipped {document.name}: {one_line(exc)}")
+                continue
+            (result.replaced if ingested.replaced else result.added if ingested.added
+             else result.unchanged).append(document.name)
+            result.errors.extend(ingested.errors)
+            for agent, usage in ingested.usage.items():
+                totals = result.usage.setdefault(agent, dict.fromkeys(usage, 0))
+                for key, value in usage.items():
+                    totals[key] = totals.get(key, 0) + value
+            for agent, count in ingested.fallbacks.items():
+                result.fallbacks[agent] = result.fallbacks.get(agent, 0) + count
+        result.nodes, result.edges = len(store.graph), store.graph.edge_count
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def _bank_store(self, path: str | Path | None) -> MemoryStore:
+        """The store of the bank file at ``path`` (BankFileError if it is no bank); a new one if there is none."""
+        if path is not None and Path(path).exists():
+            notices: list[str] = []
+            store = MemoryStore.load(path, self.embedder, notices)
+            for notice in notices:
+                self._report("notice", notice, store)
+            return store
+        return MemoryStore(self.embedder, InsightDoc(task_goal="Ingest documents"))
+
+    def _report(self, phase: str, message: str, store: MemoryStore) -> None:
+        """A progress event outside any session's (a document starting, a file skipped)."""
+        if self.progress is not None:
+            self.progress(ProgressEvent(phase=phase, loop=0, nodes=len(store.graph), edges=store.graph.edge_count,
+                                        conflicts=0, lm_calls=0, tokens=0, message=message))
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:

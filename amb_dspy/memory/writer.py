@@ -89,7 +89,11 @@ class MemoryWriter:
         """Add one document to the store, new or already holding others: its own interaction entry (its
         ``name``, its ``date`` when given, its content hash), its nodes related by analysis to those already
         there (:meth:`convert`). None, and nothing changed, when the store holds an entry with the same
-        content: re-adding an unchanged document is a no-op."""
+        content: re-adding an unchanged document is a no-op.
+
+        A document of the same ``name`` with other content is an older version: the new entry names it
+        (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
+        superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         if self.store.entry_with_hash(digest) is not None:
             return None
@@ -98,7 +102,18 @@ class MemoryWriter:
                                     "dates": [list(d) for d in resolve_dates(text, date)]}
         if date:
             metadata["date"] = date
-        return self.convert(state, text, metadata)
+        previous = self._document_named(name)
+        if previous is not None:
+            metadata["supersedes"] = previous.entry_id
+        conversion = self.convert(state, text, metadata)
+        if previous is not None and conversion.remembered is not None:
+            self.store.supersede(previous.entry_id, conversion.remembered.entry_id)
+        return conversion
+
+    def _document_named(self, name: str) -> InteractionEntry | None:
+        """The newest version of the document called ``name`` in the store (an entry with a content hash)."""
+        return next((entry for entry in reversed(self.store.tree.entries.values())
+                     if entry.metadata.get("name") == name and "sha256" in entry.metadata), None)
 
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for

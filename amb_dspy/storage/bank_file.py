@@ -25,8 +25,10 @@ from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 # 3: the Insight Doc's pending task is typed (``pending``: kind, description, node ids), its text kept in
 # ``pending_tasks``. Files of versions 1-2 still load: nodes of version 1 without sources, and pending tasks
 # of both typed from their text (storage.insight_doc.legacy_pending).
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: a node may be marked superseded (``superseded_by``: the entry of its document's newer version); files of
+# versions 1-3 load with every node current.
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 FORMAT_NAME = "amb-dspy-bank"
 
 
@@ -51,7 +53,7 @@ class BankFile(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
-    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = SCHEMA_VERSION
     embedding_model: str | None = None
     hops: list[Hop] = []
     insight_doc: InsightDoc | None
