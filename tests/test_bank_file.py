@@ -112,7 +112,7 @@ BAD_FILES = {
     "foreign JSON object": (lambda good: write(good, b'{"name": "not a bank", "nodes": []}'), "not an amb-dspy bank"),
     "foreign JSON list": (lambda good: write(good, b"[1, 2, 3]"), "not an amb-dspy bank"),
     "JSON string": (lambda good: write(good, b'"amb-dspy-bank"'), "not an amb-dspy bank"),
-    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=4)), "schema version 4"),
+    "newer schema version": (lambda good: edited(good, lambda d: d.update(schema_version=99)), "schema version 99"),
     "schema version missing": (lambda good: edited(good, lambda d: d.pop("schema_version")), "schema version None"),
     "schema version as text": (lambda good: edited(good, lambda d: d.update(schema_version="1")), "schema version '1'"),
     "dangling edge": (lambda good: edited(good, lambda d: first_node(d)["links"].append("ghost")), "missing node 'ghost'"),
