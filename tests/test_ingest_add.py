@@ -19,6 +19,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.memory.documents import bank_path
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import MemoryView
+from amb_dspy.storage.bank_file import BankFileError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "datasets" / "demo"
@@ -105,6 +106,12 @@ def test_a_changed_document_supersedes_its_old_version_which_memory_leaves_out(t
     assert not ferry_nodes & {n.id for n in store.retrieve_for_text("ferry to Kestrel Bay at 9 am", k=3)}
     assert store.current(sorted(ferry_nodes)) == sorted(ferry_nodes)  # only old versions match: they are shown
     store.check()
+    note.write_text(FERRY.format(hour="9 am"))  # the note reverted: the old text is the newest version again
+    reverted = bank.add_documents([note], into=store)
+    assert reverted.replaced == [note.as_posix()] and ferry_nodes <= store.superseded()
+    block = MemoryView(store, view="evidence").block("When does the ferry to Kestrel Bay leave?", 300)
+    assert "9 am" in block and "11 am" not in block
+    assert bank.add_documents([note], into=store).unchanged == [note.as_posix()]
 
 
 def test_the_bank_grows_across_two_amb_ingest_calls_and_the_server_finds_it(tmp_path, monkeypatch):
@@ -156,6 +163,11 @@ def test_a_schema_3_bank_file_loads_and_takes_a_newer_version(tmp_path, embedder
     note.write_text(FERRY.format(hour="11 am"))
     result = bank.add_documents([note], into=path)
     assert result.replaced == [note.as_posix()] and len(bank.session.store.superseded()) == len(store.graph)
+    data["schema_version"] = 4
+    data["query_graph"]["nodes"][0]["superseded_by"] = "ghost"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BankFileError, match="superseded by a missing entry 'ghost'"):
+        MemoryStore.load(path, embedder)
 
 
 def test_locomo_sessions_arrive_one_file_at_a_time_each_session_its_own_dated_entry(tmp_path, embedder):

@@ -95,14 +95,16 @@ class MemoryWriter:
         (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
         superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        if self.store.entry_with_hash(digest) is not None:
+        known, previous = self.store.entry_with_hash(digest), self._document_named(name)
+        # the same text is a no-op, unless it is an older version of this document brought back (a reverted note)
+        if known is not None and not (previous is not None and previous.metadata["sha256"] != digest
+                                      and known.metadata.get("name") == name):
             return None
         # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.memory.dates), else the date given
         metadata: dict[str, Any] = {"source": "user_context", "name": name, "sha256": digest,
                                     "dates": [list(d) for d in resolve_dates(text, date)]}
         if date:
             metadata["date"] = date
-        previous = self._document_named(name)
         if previous is not None:
             metadata["supersedes"] = previous.entry_id
         conversion = self.convert(state, text, metadata)

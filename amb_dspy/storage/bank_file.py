@@ -230,6 +230,8 @@ def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBan
 def check_sources(graph: QueryGraph, tree: InteractionTree) -> None:
     """Every node's sources name one of its entries, with spans inside that entry's text (GraphError if not)."""
     for node in graph.nodes_dict.values():
+        if node.superseded_by is not None and node.superseded_by not in tree.entries:
+            raise GraphError(f"node {node.id!r} is superseded by a missing entry {node.superseded_by!r}")
         linked = set(tree.node_to_entries.get(node.id, ()))
         for source in node.sources:
             if source.entry_id not in linked:

@@ -52,6 +52,9 @@ their relative dates resolved (:mod:`amb_dspy.memory.dates`; ``metadata["dates"]
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.
 
+Both views leave out the nodes of a document's superseded versions (:meth:`MemoryStore.current`): an old
+version is shown only when nothing current is among the candidates.
+
 The summary view shows a node's summary when it fits; when it does not, the node's topic and its
 ``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
 
