@@ -193,3 +193,15 @@ def test_locomo_sessions_arrive_one_file_at_a_time_each_session_its_own_dated_en
     turn = conversation["session_3"][0]
     assert entries[2].text.splitlines()[0] == f"[{conversation['session_3_date_time']}] {turn['speaker']}: {turn['text']}" + (
         f" [shares a photo: {turn['blip_caption']}]" if turn.get("blip_caption") else "")
+
+
+def test_a_bank_that_is_no_bank_file_is_one_line_and_stays_as_it_was(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path / "storage"))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"format": "amb-dspy-bank", "schema_version": 3')
+    result = CliRunner().invoke(app, ["ingest", str(DEMO / "marrowick.md"), "--bank", str(broken),
+                                      "--policy", "heuristic"])
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {broken}: not valid JSON (truncated or corrupt?) at line 1 column 48"]
+    assert broken.read_text() == '{"format": "amb-dspy-bank", "schema_version": 3'
