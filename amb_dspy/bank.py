@@ -105,17 +105,19 @@ class MemoryBank:
         """The executor of ``session``'s task: search, visit and deep retrieval over its memory, through its
         tool cache (and journal, when it checkpoints)."""
         config = session.config
-        corpus = self._corpus if self._corpus is not None else load_corpus(config, self.embedder)
-        search = self._search if self._search is not None else make_search_backend(config, corpus)
+        config, settings = session.config, session.config.tools
+        corpus = self._corpus if self._corpus is not None else \
+            load_corpus(settings, self.embedder, cache_dir=config.paths.cache_dir)
+        search = self._search if self._search is not None else make_search_backend(settings, corpus)
         # a 135M model with an 8k context reads three results better than ten
-        k = min(config.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else config.search_k
+        k = min(settings.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else settings.search_k
         tools = build_tools(
             search=SearchTool(search, k=k),
-            visit=VisitTool(config, corpus=corpus),
-            deep_retrieval=DeepRetrievalTool(session.store, config.storage_dir),
-            max_observation_chars=config.max_observation_chars,
+            visit=VisitTool(settings, corpus=corpus),
+            deep_retrieval=DeepRetrievalTool(session.store, config.paths.storage_dir),
+            max_observation_chars=settings.max_observation_chars,
         )
-        return Executor(session.wrap_tools(tools), max_iters=config.react_max_iters)
+        return Executor(session.wrap_tools(tools), max_iters=config.executor.react_max_iters)
 
     # --- the doors ---------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
