@@ -62,8 +62,8 @@ class MemoryBank:
         progress: Callable[[ProgressEvent], None] | None = None,
     ):
         self.config = config or AmbConfig()
-        if self.config.corpus is not None and not Path(self.config.corpus).exists():
-            raise InputError(f"corpus {self.config.corpus}: no such file or folder")
+        if self.config.tools.corpus is not None and not Path(self.config.tools.corpus).exists():
+            raise InputError(f"corpus {self.config.tools.corpus}: no such file or folder")
         # Resolved now so that a bad spec fails here, and again when a task starts, so that the LM active in
         # DSPy's settings at that moment is the one that runs (see amb_dspy.lm.resolve_lms for the order).
         self._lm, self._agent_lms = lm, dict(agent_lms or {})
@@ -134,7 +134,7 @@ class MemoryBank:
         context = self._checked_context(context)
         doc = InsightDoc(task_goal=task)
         store, load_notices = start_store(self.embedder, bank, doc)
-        stager = ImageStager(self.config.temp_dir, self.config.storage_dir)
+        stager = ImageStager(self.config.paths.temp_dir, self.config.paths.storage_dir)
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
         session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
@@ -148,7 +148,7 @@ class MemoryBank:
                 loop.keep_unrecognised()
             termination = loop.run(context)
         result = self._result(session, termination, started)
-        if self.config.remember:  # what the route keeps of the finished task, into long-term memory
+        if self.config.longterm.remember:  # what the route keeps of the finished task, into long-term memory
             result.notices.extend(session.remember(result.answer, result.citations))
         return result
 
@@ -208,10 +208,10 @@ class MemoryBank:
 
     def _checked_context(self, context: str) -> str:
         context = context or ""
-        if len(context.encode("utf-8")) > self.config.max_context_bytes:
+        if len(context.encode("utf-8")) > self.config.limits.max_context_bytes:
             raise InputError(
                 f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
-                f"{self.config.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
+                f"{self.config.limits.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
             )
         return context
 

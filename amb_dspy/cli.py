@@ -187,9 +187,10 @@ def ingest(
 
         with console.status("loading the memory bank...") as status:
             bank = MemoryBank(config, compiled=compiled, progress=_progress(console, status))
-            if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM at ingest
+            if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM at ingest
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
+            text = read_context_file(context_file, config.limits.max_context_bytes)
+            result = bank.ingest(text, name=context_file.name)
         _export(bank, export)
         calls = sum(u["calls"] for u in result.usage.values())
         tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
