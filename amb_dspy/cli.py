@@ -307,11 +307,11 @@ _KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, prefere
 
 def _memory(command: str, **arguments) -> None:
     """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
-    from amb_dspy.config import AmbConfig
     from amb_dspy.longterm import commands
 
+    config = _settings()  # bad settings: one line and exit 2, as for every other command
     try:
-        lines = getattr(commands, command)(AmbConfig(), **arguments)
+        lines = getattr(commands, command)(config, **arguments)
     except UserError as exc:
         _fail(one_line(exc))
     for line in lines:
