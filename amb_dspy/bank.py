@@ -29,7 +29,7 @@ from amb_dspy.errors import InputError
 from amb_dspy.executor import Executor
 from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
-from amb_dspy.retrieval.embedding import default_embedder
+from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import start_store
@@ -70,7 +70,8 @@ class MemoryBank:
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
         self.progress = progress
-        self.embedder = embedder if embedder is not None else default_embedder(config=self.config)
+        self.embedder = embedder if embedder is not None else \
+            shared_embedder(self.config.embedding, self.config.paths.cache_dir)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
