@@ -1,5 +1,5 @@
 """The house rules of amb_dspy/, measured on its source: small functions and files, no import cycle, no
-task kind read from text by a regex.
+task kind read from text by a regex, settings read by their section.
 
 Two more rules have their own tests: every exception class is under ``AmbError``
 (tests/test_errors.py) and only ``amb_dspy/config`` touches ``os.environ`` (tests/test_config.py).
@@ -20,6 +20,8 @@ MAX_FILE_LINES = 400
 # Being split on another branch right now; the lead removes these after merging it.
 SPLIT_ELSEWHERE_FILES = {"memory_view.py"}  # branch grow: memory_view becomes a package
 SPLIT_ELSEWHERE_FUNCTIONS = {("cli.py", "run")}  # branch strategy: the `run` command is being reworked
+# Being reworked on branch strategy right now; the lead converts their flat setting names after merging it.
+FLAT_READS_ELSEWHERE = {"task/loop.py", "task/answering.py", "lm/profile.py", ("cli.py", "run")}
 
 TASK_KIND_WORDS = ("NORMAL", "CROSS_VALIDATE", "IMAGE", "MEMORY", "ANSWER")  # storage.insight_doc.TaskKind
 TASK_KIND_NAMES = {"TaskKind", "CROSS_VALIDATE_TEXT", "IMAGE_TEXT"}
@@ -160,3 +162,30 @@ def test_the_regex_check_sees_a_kind_in_a_pattern():
     flagged = [node.lineno for node in ast.walk(tree)
                if (pattern := _regex_call(node)) is not None and _names_a_task_kind(pattern)]
     assert flagged == [2, 3, 5]
+
+
+def _flat_setting_reads(tree: ast.Module) -> list[tuple[int, set[str]]]:
+    """``<...>config.<flat name>`` reads (the compatibility spelling): each one's line and the functions
+    it is inside."""
+    from amb_dspy.config.settings import FLAT_NAMES
+
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    return [(node.lineno, {f.name for f in functions if f.lineno <= node.lineno <= f.end_lineno})
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr in FLAT_NAMES
+            and ((base := ast.unparse(node.value)) == "config" or base.endswith(".config"))]
+
+
+def test_settings_are_read_by_their_section():
+    """``config.loops.max_loops``, not ``config.max_loops``: the flat names are for users (a compatibility
+    layer, amb_dspy.config); the package itself says which section a setting belongs to."""
+    flat = [f"{path}:{line}" for path, tree in _sources().items()
+            if not path.startswith("config/") and path not in FLAT_READS_ELSEWHERE
+            for line, functions in _flat_setting_reads(tree)
+            if not any((path, name) in FLAT_READS_ELSEWHERE for name in functions)]
+    assert not flat, "flat setting names read inside amb_dspy (read the section):\n" + "\n".join(flat)
+
+
+def test_the_flat_read_check_sees_a_flat_name():
+    tree = ast.parse("def f(session):\n    return session.config.max_loops, session.config.loops.max_loops")
+    assert _flat_setting_reads(tree) == [(2, {"f"})]
