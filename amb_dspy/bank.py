@@ -24,13 +24,12 @@ import dspy
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
-from amb_dspy.dates import resolve_dates
 from amb_dspy.errors import InputError
-from amb_dspy.executor import Executor
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
+from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import start_store
 from amb_dspy.task.loop import TaskLoop
@@ -163,27 +162,31 @@ class MemoryBank:
             termination = self._loop(session).run("", resumed=True)
         return self._result(session, termination, started)
 
-    def ingest(self, context: str, name: str = "context") -> IngestResult:
+    def ingest(self, context: str, name: str = "context", *, into: MemoryStore | None = None,
+               date: str = "") -> IngestResult:
         """Memory conversion of ``context`` alone (classification -> structure -> nodes -> analysis): no
-        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``."""
+        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``.
+
+        ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
+        ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
+        The document is its own entry, named ``name`` and dated ``date`` when given; a document the store
+        already holds (the same text) adds nothing (``added`` False)."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
             raise InputError("nothing to ingest: the context is empty")
-        store = MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
+        store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state = session.state
+        state, added = session.state, True
         with session.meter.counting():
             try:
-                # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates)
-                session.memory.convert(state, context, {"source": "user_context", "name": name,
-                                                        "dates": [list(d) for d in resolve_dates(context)]})
+                added = session.memory.add_document(state, context, name, date) is not None
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
-        session.emit("done", "ingested")
+        session.emit("done", "ingested" if added else "unchanged: already in the bank")
         return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),
                             fallbacks=dict(state.fallbacks), errors=state.errors,
-                            seconds=round(time.monotonic() - started, 3))
+                            seconds=round(time.monotonic() - started, 3), added=added)
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:

@@ -35,8 +35,8 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import one_line
 from amb_dspy.files import write_atomically
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import adapter_for, prompt_budget
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.tools import SearchTool, VisitTool, build_tools, make_search_backend
 from optimize.evaluate import MODES, EvalError, QuestionResult, ResearchQuestion, answer_all, measured
 from optimize.locomo import Conversation, LoCoMoQuestion, load_locomo, locomo_exact_match, locomo_f1

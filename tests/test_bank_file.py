@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from amb_dspy.agents import ConflictNotification, cross_validation_task
-from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.storage import (
     Attachment,
     AttachmentType,

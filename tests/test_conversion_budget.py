@@ -18,7 +18,7 @@ from test_bank import REACT, compress, one_cluster_per_segment, unrelated
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.conversion_budget import budget_observation, is_language, language_lines
+from amb_dspy.memory.conversion_budget import budget_observation, is_language, language_lines
 from amb_dspy.tools import SearchResult
 
 GOAL = "When is the Tidewater Lantern Festival held?"

@@ -28,7 +28,7 @@ pytestmark = [
 
 
 def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedder):
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
 
     bank_file = tmp_path / "bank.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "AMB_MAX_TOKENS": "256", "AMB_REACT_MAX_ITERS": "2",

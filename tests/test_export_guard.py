@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from amb_dspy.graph_ops import MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InteractionEntry
 from amb_dspy.storage.bank_file import dump_bank
 

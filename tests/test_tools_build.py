@@ -9,7 +9,7 @@ import pytest
 from dspy.utils import DummyLM
 
 from amb_dspy.config import ToolSettings
-from amb_dspy.graph_ops import MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool, LocalCorpus, SearchTool, VisitTool, build_tools
 

@@ -1,7 +1,7 @@
 """Layer 2, the Query Graph: compressed topic nodes joined by undirected ``related`` edges.
 
 Adjacency lists, no NetworkX. The graph checks its own invariants (symmetric edges, no self-loops,
-no dangling links); only :mod:`amb_dspy.graph_ops` calls its mutating methods, so that the graph,
+no dangling links); only :mod:`amb_dspy.memory.graph_ops` calls its mutating methods, so that the graph,
 the tree and the retrieval indexes always change together.
 """
 

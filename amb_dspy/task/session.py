@@ -30,23 +30,23 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import MemoryAdapter
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.executor import ExecutionResult, ToolCall, citations
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, UsageMeter
-from amb_dspy.memory_writer import MemoryWriter
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.writer import MemoryWriter
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
+from amb_dspy.task.adapter import MemoryAdapter
+from amb_dspy.task.executor import ExecutionResult, ToolCall, citations
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
 from amb_dspy.task.journal import ToolJournal, keep_unasked
 from amb_dspy.task.memory import TaskMemory
 from amb_dspy.task.state import ProgressEvent, RunState, revised
+from amb_dspy.task.tool_cache import ToolCache
 from amb_dspy.task.worker import TaskWorker, serial
-from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool
 
 __all__ = ["Observed", "TaskSession", "start_store"]
@@ -169,7 +169,7 @@ class TaskSession(TaskMemory):
 
     def wrap_tools(self, tools: list[dspy.Tool]) -> list[dspy.Tool]:
         """``tools`` answered from this task's tool cache and, when it checkpoints, journaled (a resumed task
-        replays the interrupted loop's calls): see :mod:`amb_dspy.tool_cache` and :mod:`amb_dspy.task.journal`."""
+        replays the interrupted loop's calls): see :mod:`amb_dspy.task.tool_cache` and :mod:`amb_dspy.task.journal`."""
         resumed, self._resumed_tools = self._resumed_tools, {}
         self.tool_cache.restore(resumed.get("cache", ()))
         self.tool_journal = None

@@ -47,6 +47,7 @@ class MemoryStore:
         self.hops: list[Hop] = []  # the task's executed subtasks (amb_dspy.storage.hops)
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
+        self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -66,6 +67,7 @@ class MemoryStore:
             raise
         finally:
             self._undo = None
+            self.revision += 1
 
     def _did(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
@@ -206,6 +208,11 @@ class MemoryStore:
                 if own:
                     self._add_source(node_id, Source(entry_id=entry.entry_id, spans=own))
         return entry
+
+    def entry_with_hash(self, digest: str) -> InteractionEntry | None:
+        """The entry whose text has the content hash ``digest`` (``metadata["sha256"]``, recorded when a
+        document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
+        return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
 
     def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:
         """Attach an existing entry to more nodes (entries themselves never change)."""

@@ -8,19 +8,21 @@ carries the conflict queue and the errors, and every agent is called through the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from amb_dspy.adapter import knowledge_text, validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
-from amb_dspy.conversion_budget import budget_observation
-from amb_dspy.executor import ExecutionResult, ToolCall
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
+from amb_dspy.memory.conversion_budget import budget_observation
+from amb_dspy.memory.dates import resolve_dates
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
+from amb_dspy.task.adapter import knowledge_text, validation_text
+from amb_dspy.task.executor import ExecutionResult, ToolCall
 from amb_dspy.task.state import MAX_VALIDATION_CHARS, Conflict, RunState
 
 
@@ -83,12 +85,27 @@ class MemoryWriter:
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         return Conversion(nodes, self._analyse_new(state, nodes), entry)
 
+    def add_document(self, state: RunState, text: str, name: str, date: str = "") -> Conversion | None:
+        """Add one document to the store, new or already holding others: its own interaction entry (its
+        ``name``, its ``date`` when given, its content hash), its nodes related by analysis to those already
+        there (:meth:`convert`). None, and nothing changed, when the store holds an entry with the same
+        content: re-adding an unchanged document is a no-op."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        if self.store.entry_with_hash(digest) is not None:
+            return None
+        # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.memory.dates), else the date given
+        metadata: dict[str, Any] = {"source": "user_context", "name": name, "sha256": digest,
+                                    "dates": [list(d) for d in resolve_dates(text, date)]}
+        if date:
+            metadata["date"] = date
+        return self.convert(state, text, metadata)
+
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
         outside agents' observations alike.
 
         Each response is read within ``config.max_convert_chars`` and without its lines that are not
-        language (:mod:`amb_dspy.conversion_budget`). When that leaves anything out, the whole text is kept
+        language (:mod:`amb_dspy.memory.conversion_budget`). When that leaves anything out, the whole text is kept
         raw as an entry of its own, saying why (a notice of the run), and only the part read is converted,
         into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
         holding the whole text, so a repeated call is answered from it.
