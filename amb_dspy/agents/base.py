@@ -96,6 +96,13 @@ class MemoryAgent(dspy.Module):
         self._token_counter = Borrowed(token_counter)
         self._lm = Borrowed(lm)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A whole-program pickle saved before agents kept only their section holds the whole config.
+        if "config" in state and "settings" not in state:
+            config = state.pop("config")
+            state.update(settings=config.agents, configured_threads=config.models.lm_threads)
+        super().__setstate__(state)
+
     # --- LM and tokens --------------------------------------------------------------------------
 
     def active_lm(self) -> Any:
