@@ -194,11 +194,12 @@ class MemoryBank:
         agents, LMs and embedding model, which its sessions share."""
         return TaskSession.start(goal, bank=bank, namespace=namespace, images=None, **self._shared())
 
-    def export(self, path: str | Path) -> None:
-        """Write the latest task's bank file (see ``session``)."""
+    def export(self, path: str | Path) -> Path:
+        """Write the latest task's bank file (see ``session``); returns the file written (another name when a
+        larger bank is at ``path``: an export never replaces more memory with less)."""
         if self.session is None:
             raise InputError("nothing to export: this bank has run no task yet")
-        self.session.store.export(path)
+        return self.session.store.export(path)
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:

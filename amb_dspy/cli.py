@@ -160,8 +160,7 @@ def run(
         console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
     typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
-        _export(bank, export)
-        console.print(f"bank exported to {export}")
+        console.print(f"bank exported to {_export(bank, export)}")
     if not result.answer:
         _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
 
@@ -191,14 +190,14 @@ def ingest(
                 console.print(f"[yellow]{bank.notice}[/]")
             text = read_context_file(context_file, config.limits.max_context_bytes)
             result = bank.ingest(text, name=context_file.name)
-        _export(bank, export)
+        written = _export(bank, export)
         calls = sum(u["calls"] for u in result.usage.values())
         tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
         for error in result.errors:
             typer.echo(f"note: {error}", err=True)
         fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
         typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
-                   f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {export}")
+                   f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {written}")
 
     try:
         with _sigterm_as_interrupt():
@@ -207,12 +206,13 @@ def ingest(
         _fail(_interrupted(bank, export), code=130)
 
 
-def _export(bank, path: Path) -> None:
-    """Write the bank, or fail in one line (the answer is already printed)."""
+def _export(bank, path: Path) -> Path:
+    """Write the bank, or fail in one line (the answer is already printed); returns the file written, another
+    name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
     from amb_dspy.storage.bank_file import BankFileError
 
     try:
-        bank.export(path)
+        return bank.export(path)
     except (OSError, BankFileError) as exc:
         _fail(f"cannot export the bank to {path}: {one_line(exc)}")
 
@@ -224,8 +224,7 @@ def _interrupted(bank, export: Path | None) -> str:
     kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
-    _export(bank, export)
-    return f"{kept}, exported to {export}"
+    return f"{kept}, exported to {_export(bank, export)}"
 
 
 @app.command("show")

@@ -214,14 +214,16 @@ class TaskSession(TaskMemory):
             nodes = [n for n, entries in self.store.tree.node_to_entries.items() if entry_id in entries]
             return Observed(entry_id, nodes, repeat=True, message=repeat.full.split("\n", 1)[0])
         call = ToolCall(name=tool, args=dict(arguments), observation=text)
+        noticed = len(self.state.notices)
         with self.meter.counting():
             nodes, failure = self.remember_calls([call], self.tool_metadata([call], source="observed"))
+        said = "".join(f"; {notice}" for notice in self.state.notices[noticed:])  # e.g. what was kept raw, and why
         self._new_nodes.extend(nodes)
         entry_id = self.tool_cache.entry_of(tool, arguments)
         if entry_id is None:  # conversion failed: the raw text is kept in an entry of its own
             entry_id = next(e.entry_id for e in reversed(self.store.tree.entries.values()) if e.text == text)
         return Observed(entry_id, [n.id for n in nodes if n.id in self.store.graph], failure=failure,
-                        message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else ""))
+                        message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else "") + said)
 
     @serial
     def context(self, budget: int | None = None) -> str:
