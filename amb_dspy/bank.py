@@ -29,7 +29,7 @@ from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
 from amb_dspy.memory.documents import AddResult, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.retrieval.embedding import default_embedder
+from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
@@ -63,15 +63,16 @@ class MemoryBank:
         progress: Callable[[ProgressEvent], None] | None = None,
     ):
         self.config = config or AmbConfig()
-        if self.config.corpus is not None and not Path(self.config.corpus).exists():
-            raise InputError(f"corpus {self.config.corpus}: no such file or folder")
+        if self.config.tools.corpus is not None and not Path(self.config.tools.corpus).exists():
+            raise InputError(f"corpus {self.config.tools.corpus}: no such file or folder")
         # Resolved now so that a bad spec fails here, and again when a task starts, so that the LM active in
         # DSPy's settings at that moment is the one that runs (see amb_dspy.lm.resolve_lms for the order).
         self._lm, self._agent_lms = lm, dict(agent_lms or {})
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
         self.progress = progress
-        self.embedder = embedder if embedder is not None else default_embedder(config=self.config)
+        self.embedder = embedder if embedder is not None else \
+            shared_embedder(self.config.embedding, self.config.paths.cache_dir)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
@@ -106,17 +107,19 @@ class MemoryBank:
         """The executor of ``session``'s task: search, visit and deep retrieval over its memory, through its
         tool cache (and journal, when it checkpoints)."""
         config = session.config
-        corpus = self._corpus if self._corpus is not None else load_corpus(config, self.embedder)
-        search = self._search if self._search is not None else make_search_backend(config, corpus)
+        config, settings = session.config, session.config.tools
+        corpus = self._corpus if self._corpus is not None else \
+            load_corpus(settings, self.embedder, cache_dir=config.paths.cache_dir)
+        search = self._search if self._search is not None else make_search_backend(settings, corpus)
         # a 135M model with an 8k context reads three results better than ten
-        k = min(config.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else config.search_k
+        k = min(settings.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else settings.search_k
         tools = build_tools(
             search=SearchTool(search, k=k),
-            visit=VisitTool(config, corpus=corpus),
-            deep_retrieval=DeepRetrievalTool(session.store, config.storage_dir),
-            max_observation_chars=config.max_observation_chars,
+            visit=VisitTool(settings, corpus=corpus),
+            deep_retrieval=DeepRetrievalTool(session.store, config.paths.storage_dir),
+            max_observation_chars=settings.max_observation_chars,
         )
-        return Executor(session.wrap_tools(tools), max_iters=config.react_max_iters)
+        return Executor(session.wrap_tools(tools), max_iters=config.executor.react_max_iters)
 
     # --- the doors ---------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
@@ -133,7 +136,7 @@ class MemoryBank:
         context = self._checked_context(context)
         doc = InsightDoc(task_goal=task)
         store, load_notices = start_store(self.embedder, bank, doc)
-        stager = ImageStager(self.config.temp_dir, self.config.storage_dir)
+        stager = ImageStager(self.config.paths.temp_dir, self.config.paths.storage_dir)
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
         session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
@@ -147,7 +150,7 @@ class MemoryBank:
                 loop.keep_unrecognised()
             termination = loop.run(context)
         result = self._result(session, termination, started)
-        if self.config.remember:  # what the route keeps of the finished task, into long-term memory
+        if self.config.longterm.remember:  # what the route keeps of the finished task, into long-term memory
             result.notices.extend(session.remember(result.answer, result.citations))
         return result
 
@@ -205,7 +208,7 @@ class MemoryBank:
             result.skipped.append(line)
             self._report("notice", line, store)
 
-        for document in read_documents(paths, self.config.max_context_bytes, skip):
+        for document in read_documents(paths, self.config.limits.max_context_bytes, skip):
             self._report("document", document.name, store)
             try:
                 ingested = self.ingest(document.text, document.name, into=store, date=document.date)
@@ -247,11 +250,12 @@ class MemoryBank:
         agents, LMs and embedding model, which its sessions share."""
         return TaskSession.start(goal, bank=bank, namespace=namespace, images=None, **self._shared())
 
-    def export(self, path: str | Path) -> None:
-        """Write the latest task's bank file (see ``session``)."""
+    def export(self, path: str | Path) -> Path:
+        """Write the latest task's bank file (see ``session``); returns the file written (another name when a
+        larger bank is at ``path``: an export never replaces more memory with less)."""
         if self.session is None:
             raise InputError("nothing to export: this bank has run no task yet")
-        self.session.store.export(path)
+        return self.session.store.export(path)
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:
@@ -265,10 +269,10 @@ class MemoryBank:
 
     def _checked_context(self, context: str) -> str:
         context = context or ""
-        if len(context.encode("utf-8")) > self.config.max_context_bytes:
+        if len(context.encode("utf-8")) > self.config.limits.max_context_bytes:
             raise InputError(
                 f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
-                f"{self.config.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
+                f"{self.config.limits.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
             )
         return context
 

@@ -160,8 +160,7 @@ def run(
         console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
     typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
-        _export(bank, export)
-        console.print(f"bank exported to {export}")
+        console.print(f"bank exported to {_export(bank, export)}")
     if not result.answer:
         _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
 
@@ -193,7 +192,7 @@ def ingest(
     sources = [*(paths or []), *([str(context_file)] if context_file else [])]
     if not sources or (bank_name is None and export is None):
         _fail("say what to add (PATH... or --context-file) and where (--bank BANK or --export FILE)", code=2)
-    target = bank_path(bank_name, config.storage_dir) if bank_name else None
+    target = bank_path(bank_name, config.paths.storage_dir) if bank_name else None
     bank = result = None
 
     def call() -> None:
@@ -202,7 +201,7 @@ def ingest(
 
         with console.status("loading the memory bank...") as status:
             bank = MemoryBank(config, compiled=compiled, progress=_progress(console, status))
-            if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM at ingest
+            if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM at ingest
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.add_documents(sources, into=target)
 
@@ -211,11 +210,10 @@ def ingest(
             _run_command(call)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, target or export), code=130)
-    written = [path for path in (target, export) if path and bank.session and (result.changed or not path.exists())]
-    for path in written:
+    wanted = [path for path in (target, export) if path and bank.session and (result.changed or not path.exists())]
+    for path in wanted:
         path.parent.mkdir(parents=True, exist_ok=True)
-        _export(bank, path)
-    _ingested(result, written)
+    _ingested(result, [_export(bank, path) for path in wanted])
 
 
 def _ingested(result, written: list[Path]) -> None:
@@ -234,12 +232,13 @@ def _ingested(result, written: list[Path]) -> None:
         _fail(f"{len(result.skipped)} of the documents could not be added (see the lines above)")
 
 
-def _export(bank, path: Path) -> None:
-    """Write the bank, or fail in one line (the answer is already printed)."""
+def _export(bank, path: Path) -> Path:
+    """Write the bank, or fail in one line (the answer is already printed); returns the file written, another
+    name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
     from amb_dspy.storage.bank_file import BankFileError
 
     try:
-        bank.export(path)
+        return bank.export(path)
     except (OSError, BankFileError) as exc:
         _fail(f"cannot export the bank to {path}: {one_line(exc)}")
 
@@ -251,8 +250,7 @@ def _interrupted(bank, export: Path | None) -> str:
     kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
-    _export(bank, export)
-    return f"{kept}, exported to {export}"
+    return f"{kept}, exported to {_export(bank, export)}"
 
 
 @app.command("show")
@@ -334,11 +332,11 @@ _KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, prefere
 
 def _memory(command: str, **arguments) -> None:
     """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
-    from amb_dspy.config import AmbConfig
     from amb_dspy.longterm import commands
 
+    config = _settings()  # bad settings: one line and exit 2, as for every other command
     try:
-        lines = getattr(commands, command)(AmbConfig(), **arguments)
+        lines = getattr(commands, command)(config, **arguments)
     except UserError as exc:
         _fail(one_line(exc))
     for line in lines:

@@ -130,7 +130,7 @@ class MemoryWriter:
         text = knowledge_text(calls)
         doc = self.store.insight_doc
         goal = f"{doc.task_goal} {doc.current_task or ''}"
-        budgeted = [budget_observation(c.observation, goal, self.config.max_convert_chars) for c in calls]
+        budgeted = [budget_observation(c.observation, goal, self.config.tools.max_convert_chars) for c in calls]
         notice = "; ".join(dict.fromkeys(b.notice for b in budgeted if b.notice))
         if not notice:
             return self.convert(state, text, metadata)
@@ -158,7 +158,7 @@ class MemoryWriter:
         the verdicts on the nodes before it left: its candidates' rewritten contexts and their new
         neighbours."""
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        if self.config.ingest_analysis == "ordered" or self.config.policy == "heuristic":
+        if self.config.agents.ingest_analysis == "ordered" or self.config.models.policy == "heuristic":
             failure = ""
             for node, exclude in zip(nodes, exclusions):
                 failure = self.analyse(state, node, exclude) or failure
@@ -184,7 +184,8 @@ class MemoryWriter:
         return {"new_node": node.model_copy(update={"id": None}), "candidates": candidates}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
-        return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
+        retrieval = self.config.retrieval
+        return self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
                                             exclude=exclude)
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str,
@@ -210,7 +211,7 @@ class MemoryWriter:
             if other not in self.store.graph or other == node.id:
                 continue
             if rel.relationship == "conflict":
-                if round >= self.config.max_merge_rounds:
+                if round >= self.config.loops.max_merge_rounds:
                     state.errors.append(f"conflict between {node.id} and {other} left unresolved: merge round cap reached")
                     continue
                 state.conflicts.append(Conflict([node.id, other], rel.conflict_description or rel.reasoning, round))
