@@ -169,7 +169,8 @@ class ConversationSolver:
             path.write_text("".join(json.dumps({"id": t.dia_id, "title": f"{t.dia_id} {t.date}", "text": t.line()}) + "\n"
                                     for t in conversation.turns), encoding="utf-8")
             corpus = LocalCorpus.load(path, embedder)
-            tools = build_tools(search=SearchTool(make_search_backend(config, corpus)), visit=VisitTool(config, corpus=corpus))
+            tools = build_tools(search=SearchTool(make_search_backend(config.tools, corpus)),
+                                visit=VisitTool(config.tools, corpus=corpus))
             self.react = dspy.ReAct(ResearchQuestion, tools=tools, max_iters=config.react_max_iters)
         elif mode == "rag":
             from optimize.rag import FlatRetriever, RagAnswerer, turn_units

@@ -20,7 +20,7 @@ import pytest
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.storage.bank_file import SCHEMA_VERSION, BankFileError
 from amb_dspy.view.model import load_view
 from optimize.locomo import load_locomo
 
@@ -65,7 +65,7 @@ def test_json_and_database_round_trip_to_the_same_bank(grown, tmp_path, embedder
     again = MemoryStore.load(exported, embedder).export(tmp_path / "again.db")
     assert again.read_bytes()[:16] == b"SQLite format 3\x00"
     same_bank(grown, MemoryStore.load(again, embedder))
-    assert json.loads(exported.read_text())["schema_version"] == 3
+    assert json.loads(exported.read_text())["schema_version"] == SCHEMA_VERSION
 
 
 def test_amb_show_reads_a_database(grown, tmp_path):
@@ -149,6 +149,20 @@ def test_merges_deletions_and_the_insight_doc_reach_the_database(grown, tmp_path
     assert len(reopened.tree.merge_events) == 1 and reopened.hops == store.hops
 
 
+def test_a_changed_document_supersedes_its_old_nodes_in_the_database(grown, tmp_path, embedder, sessions):
+    path = grown.export(tmp_path / "bank.sqlite")
+    store = MemoryStore.load(path, embedder)
+    bank = new_bank(tmp_path, embedder)
+    assert bank.ingest(sessions[1] + "\nCaroline: One more thing: I start my new job on Monday.", "session 2",
+                       into=store, date="2023-05-26").added
+    superseded = store.superseded()
+    assert superseded  # the old version's nodes, marked in place: rows the save must write again
+    store.export(path)
+    reopened = MemoryStore.load(path, embedder)
+    same_bank(store, reopened)
+    assert reopened.superseded() == superseded
+
+
 def test_a_save_to_another_database_or_after_another_writer_writes_everything(grown, tmp_path, embedder, sessions):
     first = grown.export(tmp_path / "a.sqlite")
     other = MemoryStore.load(first, embedder)
@@ -222,9 +236,14 @@ def test_kill_9_mid_first_save_leaves_no_bank_rather_than_an_empty_one(tmp_path,
 
 
 def test_a_schema_3_json_bank_and_a_schema_1_bank_open_and_convert(grown, tmp_path, embedder):
-    json_path = grown.export(tmp_path / "bank.json")
-    assert json.loads(json_path.read_text())["schema_version"] == 3
+    payload = grown.payload()  # as a file of schema 3 holds it: no node field superseded_by
+    payload["schema_version"] = 3
+    for node in payload["query_graph"]["nodes"]:
+        assert node.pop("superseded_by") is None
+    json_path = tmp_path / "bank.json"
+    json_path.write_text(json.dumps(payload))
     same_bank(grown, MemoryStore.load(json_path, embedder))
+    same_bank(grown, MemoryStore.load(MemoryStore.load(json_path, embedder).export(tmp_path / "v3.db"), embedder))
     old = ROOT / "tests" / "data" / "bank_v1.json"
     view = load_view(old)
     converted = tmp_path / "v1.sqlite"

@@ -120,7 +120,7 @@ class ClassificationAgent(MemoryAgent):
     @property
     def topic_tokens(self) -> tuple[int, int]:
         """(smallest, largest) size of a topic in tokens; the largest is never under the smallest."""
-        low, high = self.config.topic_min_tokens, self.config.topic_max_tokens
+        low, high = self.settings.topic_min_tokens, self.settings.topic_max_tokens
         return min(low, high), high
 
     count_topic_tokens = staticmethod(estimate_tokens)  # a topic's size, in the <memory> budget's unit

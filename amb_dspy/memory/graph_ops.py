@@ -11,14 +11,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 
+from amb_dspy.memory.bank_io import StoreFiles
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
-from amb_dspy.storage.bank_db import BankParts, SavePoint, is_bank_db, read_bank, write_bank_db
-from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, check_sources, dump_bank
+from amb_dspy.storage.bank_db import SavePoint
+from amb_dspy.storage.bank_file import check_sources
 from amb_dspy.storage.clock import now
 from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.hops import Hop
@@ -30,7 +30,7 @@ from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode,
 NodeDraft = NodeContent
 
 
-class MemoryStore:
+class MemoryStore(StoreFiles):
     """The three layers of one task's memory plus the indexes over the graph."""
 
     def __init__(self, embedder: Embedder, insight_doc: InsightDoc | None = None):
@@ -43,6 +43,7 @@ class MemoryStore:
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
         self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
+        self._superseded: tuple[int, frozenset[str]] = (-1, frozenset())  # (revision, the superseded nodes' ids)
         # Node ids whose rows the next save to a bank database rewrites (or deletes), and where that database
         # was last saved or loaded (amb_dspy.storage.bank_db). A rolled-back change leaves its ids here: a
         # row written again unchanged costs little, a row missed would be lost.
@@ -221,6 +222,34 @@ class MemoryStore:
         document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
         return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
 
+    def supersede(self, old_entry_id: str, new_entry_id: str) -> list[str]:
+        """Mark ``superseded_by`` the newer version ``new_entry_id`` the nodes built from ``old_entry_id`` and its own
+        older versions alone (``metadata["supersedes"]``); both stay, readers prefer :meth:`current`. Returns them."""
+        chain, entry = set(), self.tree.entries.get(old_entry_id)
+        while entry is not None and entry.entry_id not in chain:
+            chain.add(entry.entry_id)
+            entry = self.tree.entries.get(entry.metadata.get("supersedes", ""))
+        marked = [node for node in self.graph.nodes_dict.values()
+                  if node.superseded_by is None and node.sources and all(s.entry_id in chain for s in node.sources)]
+        with self.transaction():
+            self.unsaved_nodes.update(node.id for node in marked)
+            for node in marked:
+                node.superseded_by = new_entry_id
+                self._did(lambda node=node: setattr(node, "superseded_by", None))
+        return [node.id for node in marked]
+
+    def superseded(self) -> frozenset[str]:  # worked out once per revision
+        """The ids of the nodes marked superseded (:meth:`supersede`)."""
+        if self._superseded[0] != self.revision:
+            self._superseded = (self.revision, frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by))
+        return self._superseded[1]
+
+    def current(self, items: list, node_of: Callable[[object], str] = lambda node_id: node_id) -> list:
+        """``items`` (``node_of`` gives an item's node id) but those of superseded nodes, unless none is left."""
+        superseded = self.superseded()
+        kept = [item for item in items if node_of(item) not in superseded] if superseded else items
+        return kept or items
+
     def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:
         """Attach an existing entry to more nodes (entries themselves never change)."""
         node_ids = list(node_ids)
@@ -276,61 +305,7 @@ class MemoryStore:
     def set_insight_doc(self, doc: InsightDoc) -> None:
         self.insight_doc = doc
 
-    # --- export / import ---------------------------------------------------------------------
-    def export(self, path) -> Path:
-        """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
-        notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
-        (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
-        from writes only what changed since. Any other path gets the whole bank as one JSON file
-        (:mod:`amb_dspy.storage.bank_file`), the interchange format."""
-        if not is_bank_db(path):
-            return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
-                             embedding_model_name(self.embedder), self.hops)
-        parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
-                          self.hops)
-        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes)
-        self.unsaved_nodes = set()
-        return self.save_point.path
-
-    @classmethod
-    def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> MemoryStore:
-        """A new store from a bank file of either format (a JSON file or a bank database, decided by the file);
-        raises BankFileError and builds nothing if the file is bad.
-
-        Stored embeddings are used as they are when the file names the embedder's model; a file made
-        with another model (or not naming one) is embedded again, with a line added to ``notices``.
-        """
-        loaded, point = read_bank(path, embedder.dim)
-        store = cls.from_loaded(loaded, embedder, path, notices)
-        store.save_point = point
-        return store
-
-    def payload(self) -> dict:
-        """The bank as the JSON object a bank file holds (:meth:`from_payload` reads it back)."""
-        return bank_payload(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
-                            self.hops)
-
-    @classmethod
-    def from_payload(cls, raw, embedder: Embedder, where, notices: list[str] | None = None) -> MemoryStore:
-        return cls.from_loaded(bank_from_payload(raw, embedder.dim, where), embedder, where, notices)
-
-    @classmethod
-    def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> MemoryStore:
-        store = cls(embedder, loaded.insight_doc)
-        store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
-        nodes = list(loaded.graph.nodes_dict.values())
-        model = embedding_model_name(embedder)
-        if nodes and loaded.embedding_model != model:
-            vectors = store._embed([node.embedding_text for node in nodes])
-            for node, vector in zip(nodes, vectors):
-                node.embedding = vector
-            store.unsaved_nodes.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
-            if notices is not None:
-                notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
-                               f"{len(nodes)} nodes embedded again with {model}")
-        store._index_all()
-        return store
-
+    # --- copies ------------------------------------------------------------------------------
     def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:
         """A deep copy of the graph and the tree (with their indexes) under a new Insight Doc: what a new
         task starts from when it reuses a bank; this store is left as it is."""
@@ -339,13 +314,6 @@ class MemoryStore:
         other.tree = InteractionTree.from_dict(self.tree.to_dict())
         other._index_all()
         return other
-
-    def _index_all(self) -> None:
-        """Index every node of a store just made (one FAISS write for all the vectors)."""
-        nodes = list(self.graph.nodes_dict.values())
-        if nodes:
-            self.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
-                                np.stack([node.embedding for node in nodes]))
 
     def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict
@@ -366,7 +334,10 @@ class MemoryStore:
         alpha: float = 0.5,
         exclude: Collection[str] = (),
     ) -> list[QueryGraphNode]:
-        return retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
+        """Spec §6.1's retrieval over the current nodes; over the superseded ones too when none is found."""
+        found = retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha,
+                         exclude={*exclude, *self.superseded()}) if self.superseded() else []
+        return found or retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
 
     def retrieve_for_text(self, text: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
         return self.retrieve(self._embed([text])[0], text, k=k, alpha=alpha, exclude=exclude)
@@ -390,7 +361,3 @@ class MemoryStore:
                 if entry_id not in self.tree.entries:
                     raise GraphError(f"node {node_id!r} links to missing entry {entry_id!r}")
 
-
-def embedding_model_name(embedder: Embedder) -> str:
-    """The name a bank file records for the model its vectors came from."""
-    return str(getattr(embedder, "model_name", None) or type(embedder).__name__)

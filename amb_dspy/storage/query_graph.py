@@ -75,6 +75,8 @@ class QueryGraphNode(BaseModel):
     timestamp: Timestamp = Field(default_factory=now)
     links: list[str] = Field(default_factory=list)
     sources: list[Source] = Field(default_factory=list)
+    # the entry of the newer version of the document this node came from (MemoryStore.supersede); None: current
+    superseded_by: str | None = None
 
     @property
     def embedding_text(self) -> str:

@@ -88,7 +88,7 @@ class TaskMemory:
 
     def requeue(self, conflict: Conflict) -> None:
         """A conflict whose check failed goes back to the front of the queue, until the round cap."""
-        if conflict.round + 1 > self.config.max_merge_rounds:
+        if conflict.round + 1 > self.config.loops.max_merge_rounds:
             self.state.errors.append(f"conflict between {conflict.node_ids} left unresolved: round cap reached")
             return
         self.state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))

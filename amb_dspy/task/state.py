@@ -55,6 +55,7 @@ class IngestResult(BaseModel):
     errors: list[str]
     seconds: float
     added: bool = True  # False: the store held the same text already, nothing was added
+    replaced: bool = False  # a newer version of a document of the same name: the old one's nodes are superseded
 
 
 @dataclass

@@ -52,6 +52,9 @@ their relative dates resolved (:mod:`amb_dspy.memory.dates`; ``metadata["dates"]
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.
 
+Both views leave out the nodes of a document's superseded versions (:meth:`MemoryStore.current`): an old
+version is shown only when nothing current is among the candidates.
+
 The summary view shows a node's summary when it fits; when it does not, the node's topic and its
 ``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
 
@@ -186,7 +189,8 @@ class MemoryView:
         vector = self.store.embedder.embed([query])[0] if vector is None else vector
         scores = self.node_scores(query, vector)
         order = {node_id: i for i, node_id in enumerate(self.store.graph.nodes_dict)}  # ids are random: ties by age
-        return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
+        ranked = [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
+        return self.store.current(ranked, lambda node: node.id)  # a superseded version only when nothing else
 
     def ranked_evidence(self, query: str, every_line: bool = False) -> list[Evidence]:
         """The candidate lines (:meth:`_candidates`; ``every_line``: all of them), best first by ``line score
@@ -218,7 +222,8 @@ class MemoryView:
         if self.flat_share:
             plain = chosen[best_first(table.asked(own * speaker, self.ask_weight)[chosen])]
             order = interleave(plain.tolist(), order, self.flat_share)
-        return [_scored(lines[i], float(scores[i])) for i in order]
+        # a superseded version's lines only when no current one is a candidate (MemoryStore.current)
+        return self.store.current([_scored(lines[i], float(scores[i])) for i in order], lambda line: line.node_id)
 
     def _candidates(self, best: np.ndarray, spread: np.ndarray, bridged: np.ndarray, table, vector, asked) -> np.ndarray:
         """The lines worth ranking, in line order: ``best`` (the best by their own score), the lines just before

@@ -1,0 +1,84 @@
+"""How a store is saved and opened: a bank file in either format (the JSON interchange file, or the bank database
+that grows, :mod:`amb_dspy.storage.bank_db`). :class:`~amb_dspy.memory.graph_ops.MemoryStore` has these methods;
+they read and write files and build new stores, and change no store but by its save point."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+
+import numpy as np
+
+from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.storage.bank_db import BankParts, is_bank_db, read_bank, write_bank_db
+from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
+
+
+class StoreFiles:
+    """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
+
+    def export(self, path) -> Path:
+        """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
+        notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
+        (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
+        from writes only what changed since. Any other path gets the whole bank as one JSON file
+        (:mod:`amb_dspy.storage.bank_file`), the interchange format."""
+        if not is_bank_db(path):
+            return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
+                             embedding_model_name(self.embedder), self.hops)
+        parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                          self.hops)
+        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes)
+        self.unsaved_nodes = set()
+        return self.save_point.path
+
+    @classmethod
+    def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> Self:
+        """A new store from a bank file of either format (a JSON file or a bank database, decided by the file);
+        raises BankFileError and builds nothing if the file is bad.
+
+        Stored embeddings are used as they are when the file names the embedder's model; a file made
+        with another model (or not naming one) is embedded again, with a line added to ``notices``.
+        """
+        loaded, point = read_bank(path, embedder.dim)
+        store = cls.from_loaded(loaded, embedder, path, notices)
+        store.save_point = point
+        return store
+
+    def payload(self) -> dict:
+        """The bank as the JSON object a bank file holds (:meth:`from_payload` reads it back)."""
+        return bank_payload(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
+                            self.hops)
+
+    @classmethod
+    def from_payload(cls, raw, embedder: Embedder, where, notices: list[str] | None = None) -> Self:
+        return cls.from_loaded(bank_from_payload(raw, embedder.dim, where), embedder, where, notices)
+
+    @classmethod
+    def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> Self:
+        store = cls(embedder, loaded.insight_doc)
+        store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
+        nodes = list(loaded.graph.nodes_dict.values())
+        model = embedding_model_name(embedder)
+        if nodes and loaded.embedding_model != model:
+            vectors = store._embed([node.embedding_text for node in nodes])
+            for node, vector in zip(nodes, vectors):
+                node.embedding = vector
+            store.unsaved_nodes.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
+            if notices is not None:
+                notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
+                               f"{len(nodes)} nodes embedded again with {model}")
+        store._index_all()
+        return store
+
+    def _index_all(self) -> None:
+        """Index every node of a store just made (one FAISS write for all the vectors)."""
+        nodes = list(self.graph.nodes_dict.values())
+        if nodes:
+            self.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
+                                np.stack([node.embedding for node in nodes]))
+
+
+def embedding_model_name(embedder: Embedder) -> str:
+    """The name a bank file records for the model its vectors came from."""
+    return str(getattr(embedder, "model_name", None) or type(embedder).__name__)
