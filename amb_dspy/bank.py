@@ -140,7 +140,7 @@ class MemoryBank:
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
         session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
-        session.notify(self.strategy)
+        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
         for notice in load_notices:
             session.notify(notice)
         for notice in session.recall(task):  # earlier tasks' items for the task (config.recall)
@@ -161,7 +161,7 @@ class MemoryBank:
         started = time.monotonic()
         shared = self._shared()
         session = self.session = TaskSession.load(directory, progress=self.progress, **shared)
-        session.notify(self.strategy)
+        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
         with session.meter.counting():
             termination = self._loop(session).run("", resumed=True)
         return self._result(session, termination, started)

@@ -72,6 +72,10 @@ def test_an_answer_that_rests_on_memory_passes(answer):
     assert ungrounded(answer, MEMORY) == ""
 
 
+def test_with_nothing_to_rest_on_an_answer_is_judged_by_its_form_alone():
+    assert ungrounded(UNRELATED, "") == "" and ungrounded(PLACEHOLDER, "") == "a template placeholder"
+
+
 def test_a_number_alone_is_grounded_by_the_same_number():
     assert ungrounded("84", "The river is about 84 kilometres long.") == ""
     assert "shares no word" in ungrounded("85", "The river is about 84 kilometres long.")

@@ -84,11 +84,13 @@ def test_a_strategy_that_does_not_exist_fails_in_one_line(monkeypatch, tmp_path)
 
 def test_a_tiny_lm_answers_in_one_call_after_searching_what_memory_lacks(config, embedder):
     lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": "The Calder"}})  # any other call fails: no script
-    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    events = []
+    bank = MemoryBank(config, lm=lm, embedder=embedder, progress=events.append)
     result = bank.run(RIVER_GOAL, context=FESTIVAL)
     assert result.answer == "The Calder" and result.termination == "goal_met" and not result.extractive
     assert [call.route for call in lm.calls] == [SHORT_ANSWER] and result.usage["answer"]["calls"] == 1
-    assert result.notices[0].startswith("strategy: direct (openai/smollm2-135m-instruct is a tiny model")
+    assert events[0].phase == "notice" and events[0].message == bank.strategy  # said first, before any work
+    assert bank.strategy.startswith("strategy: direct (openai/smollm2-135m-instruct is a tiny model")
     assert result.fallbacks["classification"] >= 1  # the memory agents' policies, no LM
     kinds = [hop["kind"] for hop in result.hops]
     assert kinds[0] == "NORMAL" and kinds[-1] == "ANSWER" and result.hops[-1]["lm_calls"] == 1
@@ -107,8 +109,9 @@ def test_memory_that_covers_the_goal_is_answered_without_a_search(config, embedd
 
 def test_a_capable_lm_keeps_the_full_loop_and_says_so(config, embedder):
     lm = ScriptedLM(default=lambda call: "not scripted")  # planning, ReAct... fail; the loop still runs
-    result = MemoryBank(config.model_copy(update={"max_loops": 1}), lm=lm, embedder=embedder).run(RIVER_GOAL)
-    assert result.notices[0].startswith("strategy: loop (scripted/lm runs the full loop")
+    bank = MemoryBank(config.model_copy(update={"max_loops": 1}), lm=lm, embedder=embedder)
+    result = bank.run(RIVER_GOAL)
+    assert bank.strategy.startswith("strategy: loop (scripted/lm runs the full loop")
     assert lm.calls and any(error.startswith("planning agent") for error in result.errors)  # it was asked to plan
 
 

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import dspy
 
+from amb_dspy.adapter import NO_MEMORY
 from amb_dspy.agents import MEMORY_CHECK_TASK
 from amb_dspy.config import AmbConfig
 from amb_dspy.executor import resolve_node_id
@@ -112,7 +113,8 @@ def evidence_text(session: TaskSession, doc: InsightDoc) -> str:
     """What an answer of the task may rest on: ``<memory>`` for the goal (long-term items included) and every
     raw text the task keeps (its context, the tools' responses) in the Interaction Tree."""
     raw = [entry.text for entry in session.store.tree.entries.values()]
-    return "\n".join([session.memory_adapter.memory_text(doc), *raw])
+    memory = session.memory_adapter.memory_text(doc)
+    return "\n".join([memory.replace(NO_MEMORY, ""), *raw])
 
 
 def accepted(session: TaskSession, answer: str, doc: InsightDoc, where: str) -> bool:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from amb_dspy.agents.fallback.answer import evidence_lines
 from amb_dspy.executor import ExecutionResult
 from amb_dspy.lm import LMCallCapReached, is_tiny
-from amb_dspy.retrieval.keyword import STOPWORDS, terms
+from amb_dspy.retrieval.keyword import STOPWORDS, stem, terms
 from amb_dspy.storage import TaskKind
 from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, accepted, resolved
 from amb_dspy.task.grounding import content_terms, ordered_terms
@@ -75,7 +75,7 @@ class DirectAnswer(TaskLoop):
         for query in searched:
             memory = memory.replace(query, " ")
         held = content_terms(memory)
-        return [term for term in dict.fromkeys(ordered_terms(doc.task_goal)) if term not in held]
+        return [term for term in dict.fromkeys(ordered_terms(doc.task_goal)) if stem(term) not in held]
 
     def search_when_short(self) -> None:
         """Search with the goal, then with what is still missing plus memory's names, while memory lacks a
@@ -113,7 +113,7 @@ class DirectAnswer(TaskLoop):
         memory = self.session.memory_adapter.memory_text(doc)
         names = [word.strip(".,;:'\"()") for word in memory.split() if word[:1].isupper()]
         return [name for name in dict.fromkeys(names) if name.isalpha() and name != "Memory" and len(name) > 2
-                and name.lower() not in STOPWORDS and name.lower() not in goal_terms][:MAX_NAMES]
+                and name.lower() not in STOPWORDS and stem(name.lower()) not in goal_terms][:MAX_NAMES]
 
     def answer(self) -> None:
         """One answer call over ``<memory>``; the extractive answer when it fails or is not accepted."""

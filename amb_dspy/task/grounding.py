@@ -5,7 +5,9 @@ a run of letters that are no words, or with fluent text that rests on nothing th
 these is an answer. :func:`ungrounded` says why a reply is not one (or ``""`` when it is), judged against
 the text it could rest on: the task's memory and the tools' responses (see
 :func:`amb_dspy.task.answering.evidence_text`). An answer is grounded when it shares at least one content
-word, name or number with that text; a bare yes or no is judged by the question, not here.
+word, name or number with that text; a bare yes or no is judged by the question, not here. A task that holds
+no text at all (no context, no memory, no tool result) gives nothing to check against: its answer, the LM's
+own knowledge, is judged by its form alone.
 
     ungrounded("{answer}", memory)              -> "a template placeholder"
     ungrounded("The Sennet.", "... the River Sennet flows through Marrowick ...")  -> ""
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from amb_dspy.retrieval.keyword import STOPWORDS
+from amb_dspy.retrieval.keyword import STOPWORDS, stem
 from amb_dspy.text import is_word, words
 
 __all__ = ["content_terms", "ordered_terms", "ungrounded"]
@@ -33,8 +35,8 @@ def ordered_terms(text: str) -> list[str]:
 
 
 def content_terms(text: str) -> set[str]:
-    """:func:`ordered_terms` as a set."""
-    return set(ordered_terms(text))
+    """The stems of :func:`ordered_terms`, so that "recognised" rests on "recognise" and "takes" on "take"."""
+    return {stem(token) for token in ordered_terms(text)}
 
 
 def ungrounded(answer: str, evidence: str) -> str:
@@ -50,7 +52,8 @@ def ungrounded(answer: str, evidence: str) -> str:
         return "mostly not words"
     if content_terms(text) <= _YES_NO and set(words(text.lower())) & _YES_NO:
         return ""
-    if not content_terms(text) & content_terms(evidence):
+    evidence_terms = content_terms(evidence)
+    if evidence_terms and not content_terms(text) & evidence_terms:
         return "it shares no word, name or number with the memory and tool results"
     return ""
 
