@@ -9,13 +9,14 @@ threads:
   (:class:`~amb_dspy.task.loop.TaskLoop`);
 * :meth:`MemoryBank.resume` loads a checkpointed session (:meth:`TaskSession.load`) and goes on;
 * :meth:`MemoryBank.ingest` converts a context into memory, no planning and no executor;
+* :meth:`MemoryBank.add_documents` ingests files, folders and globs into a new or existing bank;
 * :meth:`MemoryBank.start_session` hands a session to an agent outside the loop (MCP, LangGraph...).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +25,14 @@ import dspy
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
-from amb_dspy.dates import resolve_dates
-from amb_dspy.errors import InputError
-from amb_dspy.executor import Executor
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
-from amb_dspy.retrieval.embedding import default_embedder
+from amb_dspy.memory.documents import AddResult, read_documents
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.direct import DirectAnswer
+from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import start_store
 from amb_dspy.task.loop import TaskLoop
@@ -63,15 +64,16 @@ class MemoryBank:
         progress: Callable[[ProgressEvent], None] | None = None,
     ):
         self.config = config or AmbConfig()
-        if self.config.corpus is not None and not Path(self.config.corpus).exists():
-            raise InputError(f"corpus {self.config.corpus}: no such file or folder")
+        if self.config.tools.corpus is not None and not Path(self.config.tools.corpus).exists():
+            raise InputError(f"corpus {self.config.tools.corpus}: no such file or folder")
         # Resolved now so that a bad spec fails here, and again when a task starts, so that the LM active in
         # DSPy's settings at that moment is the one that runs (see amb_dspy.lm.resolve_lms for the order).
         self._lm, self._agent_lms = lm, dict(agent_lms or {})
         self.lms: AgentLMs = resolve_lms(self.config, lm=lm, agent_lms=self._agent_lms)
         self.notice: str | None = self.lms.notice
         self.progress = progress
-        self.embedder = embedder if embedder is not None else default_embedder(config=self.config)
+        self.embedder = embedder if embedder is not None else \
+            shared_embedder(self.config.embedding, self.config.paths.cache_dir)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
         self.strategy = ""  # the line saying which strategy the latest task took, and why
 
@@ -109,17 +111,19 @@ class MemoryBank:
         """The executor of ``session``'s task: search, visit and deep retrieval over its memory, through its
         tool cache (and journal, when it checkpoints)."""
         config = session.config
-        corpus = self._corpus if self._corpus is not None else load_corpus(config, self.embedder)
-        search = self._search if self._search is not None else make_search_backend(config, corpus)
+        config, settings = session.config, session.config.tools
+        corpus = self._corpus if self._corpus is not None else \
+            load_corpus(settings, self.embedder, cache_dir=config.paths.cache_dir)
+        search = self._search if self._search is not None else make_search_backend(settings, corpus)
         # a 135M model with an 8k context reads three results better than ten
-        k = min(config.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else config.search_k
+        k = min(settings.search_k, 3) if is_embedded(session.lms.for_agent("executor")) else settings.search_k
         tools = build_tools(
             search=SearchTool(search, k=k),
-            visit=VisitTool(config, corpus=corpus),
-            deep_retrieval=DeepRetrievalTool(session.store, config.storage_dir),
-            max_observation_chars=config.max_observation_chars,
+            visit=VisitTool(settings, corpus=corpus),
+            deep_retrieval=DeepRetrievalTool(session.store, config.paths.storage_dir),
+            max_observation_chars=settings.max_observation_chars,
         )
-        return Executor(session.wrap_tools(tools), max_iters=config.react_max_iters)
+        return Executor(session.wrap_tools(tools), max_iters=config.executor.react_max_iters)
 
     # --- the doors ---------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
@@ -136,7 +140,7 @@ class MemoryBank:
         context = self._checked_context(context)
         doc = InsightDoc(task_goal=task)
         store, load_notices = start_store(self.embedder, bank, doc)
-        stager = ImageStager(self.config.temp_dir, self.config.storage_dir)
+        stager = ImageStager(self.config.paths.temp_dir, self.config.paths.storage_dir)
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
         session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
@@ -151,7 +155,7 @@ class MemoryBank:
                 loop.keep_unrecognised()
             termination = loop.run(context)
         result = self._result(session, termination, started)
-        if self.config.remember:  # what the route keeps of the finished task, into long-term memory
+        if self.config.longterm.remember:  # what the route keeps of the finished task, into long-term memory
             result.notices.extend(session.remember(result.answer, result.citations))
         return result
 
@@ -166,27 +170,85 @@ class MemoryBank:
             termination = self._loop(session).run("", resumed=True)
         return self._result(session, termination, started)
 
-    def ingest(self, context: str, name: str = "context") -> IngestResult:
+    def ingest(self, context: str, name: str = "context", *, into: MemoryStore | None = None,
+               date: str = "") -> IngestResult:
         """Memory conversion of ``context`` alone (classification -> structure -> nodes -> analysis): no
-        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``."""
+        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``.
+
+        ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
+        ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
+        The document is its own entry, named ``name`` and dated ``date`` when given; a document the store
+        already holds (the same text) adds nothing (``added`` False)."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
             raise InputError("nothing to ingest: the context is empty")
-        store = MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
+        store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state = session.state
+        state, added, replaced = session.state, True, False
         with session.meter.counting():
             try:
-                # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.dates)
-                session.memory.convert(state, context, {"source": "user_context", "name": name,
-                                                        "dates": [list(d) for d in resolve_dates(context)]})
+                conversion = session.memory.add_document(state, context, name, date)
+                added = conversion is not None
+                replaced = added and conversion.entry is not None and "supersedes" in conversion.entry.metadata
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
-        session.emit("done", "ingested")
+        session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
+                     else "unchanged: already in the bank")
         return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),
                             fallbacks=dict(state.fallbacks), errors=state.errors,
-                            seconds=round(time.monotonic() - started, 3))
+                            seconds=round(time.monotonic() - started, 3), added=added, replaced=replaced)
+
+    def add_documents(self, paths: Iterable[str | Path], *, into: MemoryStore | str | Path | None = None) -> AddResult:
+        """Add files, folders (read recursively) and globs to a bank, each document with :meth:`ingest`: its own
+        entry, named by its path (:mod:`amb_dspy.memory.documents` says what is read and how it is named).
+
+        ``into``: a store, or a bank file (loaded; a missing file: a new bank); a new bank by default. Export
+        it afterwards (:meth:`export`). An unchanged document adds nothing; a changed one (same name, new text)
+        is added and its old version's nodes are marked superseded. What cannot be read or is over
+        ``max_context_bytes`` (per document) is a line of ``skipped`` (and a notice) and the rest is added."""
+        started, result = time.monotonic(), AddResult()
+        store = into if isinstance(into, MemoryStore) else self._bank_store(into)
+
+        def skip(line: str) -> None:
+            result.skipped.append(line)
+            self._report("notice", line, store)
+
+        for document in read_documents(paths, self.config.limits.max_context_bytes, skip):
+            self._report("document", document.name, store)
+            try:
+                ingested = self.ingest(document.text, document.name, into=store, date=document.date)
+            except InputError as exc:
+                skip(f"skipped {document.name}: {one_line(exc)}")
+                continue
+            (result.replaced if ingested.replaced else result.added if ingested.added
+             else result.unchanged).append(document.name)
+            result.errors.extend(ingested.errors)
+            for agent, usage in ingested.usage.items():
+                totals = result.usage.setdefault(agent, dict.fromkeys(usage, 0))
+                for key, value in usage.items():
+                    totals[key] = totals.get(key, 0) + value
+            for agent, count in ingested.fallbacks.items():
+                result.fallbacks[agent] = result.fallbacks.get(agent, 0) + count
+        result.nodes, result.edges = len(store.graph), store.graph.edge_count
+        result.seconds = round(time.monotonic() - started, 3)
+        return result
+
+    def _bank_store(self, path: str | Path | None) -> MemoryStore:
+        """The store of the bank file at ``path`` (BankFileError if it is no bank); a new one if there is none."""
+        if path is not None and Path(path).exists():
+            notices: list[str] = []
+            store = MemoryStore.load(path, self.embedder, notices)
+            for notice in notices:
+                self._report("notice", notice, store)
+            return store
+        return MemoryStore(self.embedder, InsightDoc(task_goal="Ingest documents"))
+
+    def _report(self, phase: str, message: str, store: MemoryStore) -> None:
+        """A progress event outside any session's (a document starting, a file skipped)."""
+        if self.progress is not None:
+            self.progress(ProgressEvent(phase=phase, loop=0, nodes=len(store.graph), edges=store.graph.edge_count,
+                                        conflicts=0, lm_calls=0, tokens=0, message=message))
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:
@@ -194,17 +256,18 @@ class MemoryBank:
         agents, LMs and embedding model, which its sessions share."""
         return TaskSession.start(goal, bank=bank, namespace=namespace, images=None, **self._shared())
 
-    def export(self, path: str | Path) -> None:
-        """Write the latest task's bank file (see ``session``)."""
+    def export(self, path: str | Path) -> Path:
+        """Write the latest task's bank file (see ``session``); returns the file written (another name when a
+        larger bank is at ``path``: an export never replaces more memory with less)."""
         if self.session is None:
             raise InputError("nothing to export: this bank has run no task yet")
-        self.session.store.export(path)
+        return self.session.store.export(path)
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:
         """The loop over ``session`` with its executor (the direct strategy's one pass, or the spec's loop); a
         bad corpus fails here, before any LM call."""
-        loop = DirectAnswer if session.config.strategy == "direct" else TaskLoop
+        loop = DirectAnswer if session.config.executor.strategy == "direct" else TaskLoop
         try:
             return loop(session, self.executor_for(session))
         except BaseException:
@@ -214,10 +277,10 @@ class MemoryBank:
 
     def _checked_context(self, context: str) -> str:
         context = context or ""
-        if len(context.encode("utf-8")) > self.config.max_context_bytes:
+        if len(context.encode("utf-8")) > self.config.limits.max_context_bytes:
             raise InputError(
                 f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
-                f"{self.config.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
+                f"{self.config.limits.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
             )
         return context
 

@@ -85,11 +85,6 @@ def version() -> None:
     typer.echo(f"amb-dspy {__version__}")
 
 
-_STRATEGY_HELP = ("auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, "
-                  "search and answer (the spec's loop); direct: the memory agents' policies, then one answer from "
-                  "memory, the corpus searched first when memory does not cover the question (AMB_STRATEGY)")
-
-
 @app.command()
 def run(
     task: str | None = typer.Argument(None, help="what the agent should do or answer (not with --resume)"),
@@ -110,7 +105,7 @@ def run(
     namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
     no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
-    strategy: str | None = typer.Option(None, "--strategy", help=_STRATEGY_HELP),
+    strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
@@ -167,58 +162,85 @@ def run(
         console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
     typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
-        _export(bank, export)
-        console.print(f"bank exported to {export}")
+        console.print(f"bank exported to {_export(bank, export)}")
     if not result.answer:
         _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
 
 
 @app.command()
 def ingest(
-    context_file: Path = typer.Option(..., "--context-file", help="the document or conversation to remember"),
-    export: Path = typer.Option(..., "--export", help="write the bank (JSON) here"),
+    paths: list[str] = typer.Argument(None, help="files, folders (read recursively: .txt .md .html, .jsonl passages, "
+                                      ".json LoCoMo conversations) and globs to add, each document its own entry"),
+    bank_name: str | None = typer.Option(None, "--bank", help="the bank to add to, created when missing; a name without "
+                                         "a folder is STORAGE_DIR/banks/NAME.json, where amb serve's "
+                                         "memory_start_task(bank='banks/NAME.json') finds it"),
+    context_file: Path | None = typer.Option(None, "--context-file", help="one more document to remember"),
+    export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here (with --bank: a copy)"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
 ) -> None:
-    """Turn a long text into a bank once (no planning, no executor); then ask it many questions with `amb run --bank`."""
+    """Add documents to a bank (no planning, no executor); then ask it many questions with `amb run --bank`.
+
+    A document added again unchanged is skipped; a changed one (same path, new text) is added and its old
+    version's nodes are marked superseded (<memory> shows the new one). A file that cannot be read is one
+    line and is skipped: the others are added, and the exit code is 1."""
     from rich.console import Console
+
+    from amb_dspy.memory.documents import bank_path
 
     console = Console(stderr=True)
     config = _settings(lm=lm, policy=policy)
-    bank = None
+    sources = [*(paths or []), *([str(context_file)] if context_file else [])]
+    if not sources or (bank_name is None and export is None):
+        _fail("say what to add (PATH... or --context-file) and where (--bank BANK or --export FILE)", code=2)
+    target = bank_path(bank_name, config.paths.storage_dir) if bank_name else None
+    bank = result = None
 
     def call() -> None:
-        nonlocal bank
-        from amb_dspy.bank import MemoryBank, read_context_file
+        nonlocal bank, result
+        from amb_dspy.bank import MemoryBank
 
         with console.status("loading the memory bank...") as status:
             bank = MemoryBank(config, compiled=compiled, progress=_progress(console, status))
-            if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM at ingest
+            if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM at ingest
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.ingest(read_context_file(context_file, config.max_context_bytes), name=context_file.name)
-        _export(bank, export)
-        calls = sum(u["calls"] for u in result.usage.values())
-        tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
-        for error in result.errors:
-            typer.echo(f"note: {error}", err=True)
-        fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
-        typer.echo(f"nodes {result.nodes}, edges {result.edges}, LM calls {calls}, tokens {tokens}, "
-                   f"fallbacks {fallbacks}, {result.seconds:.1f} s; bank written to {export}")
+            result = bank.add_documents(sources, into=target)
 
     try:
         with _sigterm_as_interrupt():
             _run_command(call)
     except KeyboardInterrupt:
-        _fail(_interrupted(bank, export), code=130)
+        _fail(_interrupted(bank, target or export), code=130)
+    wanted = [path for path in (target, export) if path and bank.session and (result.changed or not path.exists())]
+    for path in wanted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    _ingested(result, [_export(bank, path) for path in wanted])
 
 
-def _export(bank, path: Path) -> None:
-    """Write the bank, or fail in one line (the answer is already printed)."""
+def _ingested(result, written: list[Path]) -> None:
+    """The last lines of ``amb ingest``: the errors noted, what was added, where the bank went; exit 1 when a
+    document was skipped (the others are in the bank)."""
+    for error in result.errors:
+        typer.echo(f"note: {error}", err=True)
+    calls = sum(u["calls"] for u in result.usage.values())
+    tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
+    fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
+    typer.echo(f"documents added {len(result.added)}, newer versions {len(result.replaced)}, unchanged "
+               f"{len(result.unchanged)}, skipped {len(result.skipped)}; nodes {result.nodes}, edges {result.edges}, "
+               f"LM calls {calls}, tokens {tokens}, fallbacks {fallbacks}, {result.seconds:.1f} s; "
+               + (f"bank written to {', '.join(map(str, written))}" if written else "no bank written: nothing changed"))
+    if result.skipped:
+        _fail(f"{len(result.skipped)} of the documents could not be added (see the lines above)")
+
+
+def _export(bank, path: Path) -> Path:
+    """Write the bank, or fail in one line (the answer is already printed); returns the file written, another
+    name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
     from amb_dspy.storage.bank_file import BankFileError
 
     try:
-        bank.export(path)
+        return bank.export(path)
     except (OSError, BankFileError) as exc:
         _fail(f"cannot export the bank to {path}: {one_line(exc)}")
 
@@ -230,8 +252,7 @@ def _interrupted(bank, export: Path | None) -> str:
     kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
-    _export(bank, export)
-    return f"{kept}, exported to {export}"
+    return f"{kept}, exported to {_export(bank, export)}"
 
 
 @app.command("show")
@@ -294,7 +315,7 @@ def evaluate(
     judge_lm: str | None = typer.Option(None, "--judge-lm", help="LoCoMo: an LM that judges each answer correct or not against the gold one (Mem0's J)"),
     num_threads: int = typer.Option(1, "--num-threads", min=1, help="questions answered at once (hosted LMs; the embedded model serialises its calls)"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic or auto (the memory agents' policy, bank mode)"),
-    strategy: str | None = typer.Option(None, "--strategy", help=_STRATEGY_HELP + "; bank mode"),
+    strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY); bank mode"),
 ) -> None:
     """Answer HotpotQA or LoCoMo questions and print per-question and mean scores, LM calls, tokens and seconds; the last line is JSON."""
     from optimize.commands import eval_command
@@ -314,11 +335,11 @@ _KIND = typer.Option(None, "--kind", help="conclusion, fact, trajectory, prefere
 
 def _memory(command: str, **arguments) -> None:
     """Call ``amb_dspy.longterm.commands.<command>`` with the configuration and print its lines."""
-    from amb_dspy.config import AmbConfig
     from amb_dspy.longterm import commands
 
+    config = _settings()  # bad settings: one line and exit 2, as for every other command
     try:
-        lines = getattr(commands, command)(AmbConfig(), **arguments)
+        lines = getattr(commands, command)(config, **arguments)
     except UserError as exc:
         _fail(one_line(exc))
     for line in lines:

@@ -3,10 +3,10 @@
 Each conversation (LoCoMo) or item (HotpotQA, distractor setting: the item's paragraphs are the context) is
 ingested once into a bank (``MemoryBank.ingest``; ``--policy heuristic`` needs no LM). For every question,
 the ``<memory>`` block the adapter would write is built at budgets of 500, 1,000 and 2,000 tokens in three
-views (``amb_dspy.memory_view``):
+views (``amb_dspy.memory.view``):
 
 * ``summary`` -- the spec's node blocks (topic, keywords, summary), top nodes and their one hop, in rank order;
-* ``evidence`` -- the nodes' raw source lines, ranked as amb_dspy.memory_view ranks them (its defaults);
+* ``evidence`` -- the nodes' raw source lines, ranked as amb_dspy.memory.view ranks them (its defaults);
 * ``flat`` -- no memory: the raw turns (LoCoMo) or sentences (HotpotQA) ranked by the project's hybrid index.
 
 The ``summary`` view shows a node's topic and best lines instead of its summary where the summary does not
@@ -55,7 +55,7 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import (
+from amb_dspy.memory.view import (
     ASK_WEIGHT,
     BRIDGE_WEIGHT,
     CONTEXT_WEIGHT,

@@ -148,9 +148,9 @@ def run_case(snippet: str, embedder, work: Path) -> dict:
 
 
 def false_positives(passages: list[str]) -> dict:
-    """How much real text the language test sets apart (needs amb_dspy.conversion_budget; None before it)."""
+    """How much real text the language test sets apart (needs amb_dspy.memory.conversion_budget; None before it)."""
     try:
-        from amb_dspy.conversion_budget import is_language, language_lines
+        from amb_dspy.memory.conversion_budget import is_language, language_lines
     except ImportError:
         return {"passages": len(passages), "passages_judged_junk": None, "chars_set_apart": None}
     judged = sum(not is_language(p) for p in passages)

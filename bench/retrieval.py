@@ -36,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amb_dspy.graph_ops import MemoryStore, NodeContent  # noqa: E402
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent  # noqa: E402
 from amb_dspy.retrieval.keyword import terms  # noqa: E402
 from amb_dspy.storage.query_graph import node_text  # noqa: E402
 

@@ -35,7 +35,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
-from amb_dspy.graph_ops import MemoryStore  # noqa: E402
+from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent  # noqa: E402
 from optimize.hotpotqa import load_hotpotqa  # noqa: E402

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from amb_dspy.graph_ops import MemoryStore, NodeDraft  # noqa: E402
+from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.storage import InsightDoc, InteractionEntry, node_text  # noqa: E402
 from amb_dspy.view import load_view, write_html  # noqa: E402

@@ -121,8 +121,9 @@ class _Solver:
         self.mode, self.lm, self.config, self.compiled, self.corpus, self.embedder = mode, lm, config, compiled, corpus, embedder
         if mode == "react":
             if corpus is None:
-                corpus = load_corpus(config, embedder)
-            tools = build_tools(search=SearchTool(make_search_backend(config, corpus)), visit=VisitTool(config, corpus=corpus))
+                corpus = load_corpus(config.tools, embedder, cache_dir=config.paths.cache_dir)
+            tools = build_tools(search=SearchTool(make_search_backend(config.tools, corpus)),
+                                visit=VisitTool(config.tools, corpus=corpus))
             signature = ResearchQuestion if corpus is not None else ResearchQuestionWithContext
             self.react = dspy.ReAct(signature, tools=tools, max_iters=config.react_max_iters)
         elif mode == "context":

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from amb_dspy.memory.documents import turn_line
 from optimize.hotpotqa import DatasetError
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
@@ -46,8 +47,7 @@ class Turn(BaseModel):
     caption: str = ""
 
     def line(self) -> str:
-        photo = f" [shares a photo: {self.caption}]" if self.caption else ""
-        return f"[{self.date}] {self.speaker}: {self.text}{photo}"
+        return turn_line(self.date, self.speaker, self.text, self.caption)  # as `amb ingest` writes a session
 
 
 class LoCoMoQuestion(BaseModel):

@@ -35,8 +35,8 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import one_line
 from amb_dspy.files import write_atomically
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import adapter_for, prompt_budget
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.tools import SearchTool, VisitTool, build_tools, make_search_backend
 from optimize.evaluate import MODES, EvalError, QuestionResult, ResearchQuestion, answer_all, measured
 from optimize.locomo import Conversation, LoCoMoQuestion, load_locomo, locomo_exact_match, locomo_f1
@@ -169,7 +169,8 @@ class ConversationSolver:
             path.write_text("".join(json.dumps({"id": t.dia_id, "title": f"{t.dia_id} {t.date}", "text": t.line()}) + "\n"
                                     for t in conversation.turns), encoding="utf-8")
             corpus = LocalCorpus.load(path, embedder)
-            tools = build_tools(search=SearchTool(make_search_backend(config, corpus)), visit=VisitTool(config, corpus=corpus))
+            tools = build_tools(search=SearchTool(make_search_backend(config.tools, corpus)),
+                                visit=VisitTool(config.tools, corpus=corpus))
             self.react = dspy.ReAct(ResearchQuestion, tools=tools, max_iters=config.react_max_iters)
         elif mode == "rag":
             from optimize.rag import FlatRetriever, RagAnswerer, turn_units

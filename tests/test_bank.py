@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from scripted_lm import ScriptedLM
 
-from amb_dspy.adapter import InputError
 from amb_dspy.bank import MemoryBank, read_context_file
 from amb_dspy.config import AmbConfig
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import TaskKind, TaskStatus
+from amb_dspy.task.adapter import InputError
 
 REACT = "next_thought,next_tool_name,next_tool_args"
 EXTRACT = "reasoning,answer"

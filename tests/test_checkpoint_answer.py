@@ -12,7 +12,7 @@ from test_answer_paths import GOAL, bank_file, config, corpus, verdict  # noqa: 
 
 from amb_dspy.agents import ConflictNotification, cross_validation_task
 from amb_dspy.bank import MemoryBank
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc, TaskKind
 from amb_dspy.storage.bank_file import BankFileError
 from amb_dspy.task.checkpoint import CHECKPOINT_FILE, read_checkpoint, write_checkpoint

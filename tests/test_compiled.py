@@ -20,6 +20,7 @@ from amb_dspy.compiled import (
     save_agent,
     save_agents,
 )
+from amb_dspy.config import AmbConfig
 
 INSTRUCTIONS = "Compiled instructions: a changed date or number between two nodes is always a conflict."
 DEMO = dspy.Example(
@@ -164,6 +165,17 @@ def test_pickles_load_only_when_allowed(tmp_path):
         load_agents(tmp_path)
     program = load_agents(tmp_path, allow_pickle=True)["analysis"]
     assert isinstance(program, AnalysisAgent) and program.analyze.signature.instructions == INSTRUCTIONS
+
+
+def test_a_program_pickled_when_agents_held_the_whole_config_still_loads():
+    agent = AnalysisAgent(AmbConfig(analysis_window=3000, chunk_ratio=0.5, lm_threads=2))
+    state = agent.__getstate__()
+    old = {key: value for key, value in state.items() if key not in ("settings", "configured_threads")}
+    old["config"] = AmbConfig(analysis_window=3000, chunk_ratio=0.5, lm_threads=2)  # as pickled before
+    loaded = AnalysisAgent.__new__(AnalysisAgent)
+    loaded.__setstate__(old)
+    assert loaded.settings.analysis_window == 3000 and loaded.settings.chunk_ratio == 0.5
+    assert loaded.lm_threads() == 2 and "config" not in vars(loaded)
 
 
 def test_load_agents_is_exported_lazily_from_the_package():

@@ -18,7 +18,7 @@ from test_bank import REACT, compress, one_cluster_per_segment, unrelated
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.conversion_budget import budget_observation, is_language, language_lines
+from amb_dspy.memory.conversion_budget import budget_observation, is_language, language_lines
 from amb_dspy.tools import SearchResult
 
 GOAL = "When is the Tidewater Lantern Festival held?"
@@ -157,6 +157,7 @@ def test_an_observed_junk_result_is_kept_raw_and_not_converted(tmp_path, embedde
     observed = session.observe("read_file", {"path": "logo.png"}, blob)
     assert observed.node_ids == [] and session.store.tree.entries[observed.entry_id].text == blob
     assert "classification" not in session.state.fallbacks and any("not language" in n for n in session.state.notices)
+    assert "not language" in observed.message  # the outside agent is told too, not only the run's notices
     assert session.observe("read_file", {"path": "logo.png"}, blob).repeat  # answered from the tree, not again
     page = session.observe("search", {"query": "festival"}, long_page(100_000))
     text = session.store.tree.entries[page.entry_id].text

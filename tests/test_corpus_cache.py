@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import ToolSettings
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.tools import CorpusError, LocalCorpus
 
@@ -158,10 +158,10 @@ def test_a_cache_that_cannot_be_written_costs_speed_not_the_corpus(folder, embed
 
 
 def test_config_chooses_the_cache_dir_or_none(folder, embedder, tmp_path):
-    config = AmbConfig(corpus=folder, cache_dir=tmp_path / "c1", corpus_cache=True)  # conftest turns it off
-    LocalCorpus.from_config(config, embedder, notify=print, progress=False)
+    settings = ToolSettings(corpus=folder, corpus_cache=True)  # conftest turns it off
+    LocalCorpus.from_config(settings, embedder, cache_dir=tmp_path / "c1", notify=print, progress=False)
     assert (tmp_path / "c1" / "corpora").is_dir()
-    LocalCorpus.from_config(config.model_copy(update={"cache_dir": tmp_path / "c2", "corpus_cache": False}), embedder)
+    LocalCorpus.from_config(settings.model_copy(update={"corpus_cache": False}), embedder, cache_dir=tmp_path / "c2")
     assert not (tmp_path / "c2").exists()
 
 

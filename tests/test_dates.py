@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from amb_dspy.dates import parse_date, resolve, resolve_dates, stamp_of
+from amb_dspy.memory.dates import parse_date, resolve, resolve_dates, stamp_of
 
 SAID = "[1:56 pm on 8 May, 2023] Caroline: "  # a Monday
 

@@ -31,7 +31,7 @@ pytestmark = [
 
 
 def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedder):
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
 
     bank_file = tmp_path / "bank.json"
     env = {key: value for key, value in os.environ.items() if not key.startswith("AMB_")}

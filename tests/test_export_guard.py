@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from amb_dspy.graph_ops import MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InteractionEntry
 from amb_dspy.storage.bank_file import dump_bank
 
@@ -35,3 +35,21 @@ def test_a_smaller_bank_does_not_replace_an_export(tmp_path, embedder):
     assert len(notices) == 1 and "bank.1.json" in notices[0] and "3 nodes" in notices[0]
     assert _bank(embedder, 0).export(path) == tmp_path / "bank.2.json"  # every door: MemoryStore.export too
     assert _bank(embedder, 4).export(path) == path and _sizes(path) == (4, 1)  # a larger one replaces it
+
+
+def test_the_cli_names_the_file_it_wrote_when_a_larger_bank_was_there(tmp_path, embedder, monkeypatch):
+    """`amb ingest --export` over a larger bank: the last line names the file the smaller bank went to."""
+    from typer.testing import CliRunner
+
+    from amb_dspy.cli import app
+
+    monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path / "storage"))
+    path = tmp_path / "bank.json"
+    _bank(embedder, 12).export(path)
+    notes = tmp_path / "notes.md"
+    notes.write_text("The Sennet flows through Marrowick.\n", encoding="utf-8")
+    result = CliRunner().invoke(app, ["ingest", "--context-file", str(notes), "--export", str(path),
+                                      "--policy", "heuristic"])
+    assert result.exit_code == 0, result.output
+    assert f"bank written to {tmp_path / 'bank.1.json'}" in " ".join(result.output.split())
+    assert _sizes(path) == (12, 1)

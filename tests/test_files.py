@@ -12,8 +12,8 @@ import pytest
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.files import PRIVATE_MODE, write_atomically
-from amb_dspy.graph_ops import MemoryStore, NodeContent
 from amb_dspy.longterm import commands
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InsightDoc
 from amb_dspy.view import load_view
 from amb_dspy.view.html import write_html

@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from amb_dspy.graph_ops import ContextUpdate, MemoryStore, NodeContent
+from amb_dspy.memory.graph_ops import ContextUpdate, MemoryStore, NodeContent
 from amb_dspy.retrieval.keyword import BM25Index, terms
 from amb_dspy.retrieval.vector import VectorIndex
 from amb_dspy.storage import (

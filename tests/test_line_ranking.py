@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 from test_recall_view import store_of
 
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view import MemoryView, day_stamp, label_of, speaker_of
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view import MemoryView, day_stamp, label_of, speaker_of
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
 

@@ -14,12 +14,12 @@ import pytest
 from scripted_lm import ScriptedLM
 from test_optimize import EXTRACT, REACT, bank_lm, prompt
 
-from amb_dspy.adapter import MemoryAdapter
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory_view import short_ids
+from amb_dspy.memory.view import short_ids
 from amb_dspy.storage import InsightDoc
+from amb_dspy.task.adapter import MemoryAdapter
 from optimize import commands
 from optimize.hotpotqa import DatasetError
 from optimize.locomo import load_locomo, locomo_exact_match, locomo_f1, token_f1

@@ -124,3 +124,13 @@ def test_route_says_what_a_message_would_read_and_write(tmp_path, monkeypatch):
     assert asked.stdout.splitlines()[:2] == ["should_read: true", "should_write: true"]
     assert "kinds: conclusion (trace)" in asked.stdout
     assert not (tmp_path / "longterm.sqlite3").exists()  # routing opens no store
+
+
+def test_a_bad_setting_is_one_line_and_exit_2_before_the_store_opens(tmp_path, monkeypatch):
+    monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path / "storage"))
+    monkeypatch.setenv("AMB_LONGTERM_MAX_TOKENS", "many")
+    result = invoke("list", "--namespace", "alice")
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert lines[0].startswith("error: bad setting longterm_max_tokens='many'")
+    assert not (tmp_path / "storage").exists()  # nothing opened, nothing written

@@ -8,7 +8,7 @@ from test_bank import compress, one_cluster_per_segment, unrelated
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.session import TaskSession
 

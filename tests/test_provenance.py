@@ -17,7 +17,7 @@ from test_bank import CITY, EXTRACT, FESTIVAL, FINISH, REACT, compress, one_clus
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.tools import DeepRetrievalTool
 
 ROOT = Path(__file__).resolve().parent.parent

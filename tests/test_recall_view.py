@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from amb_dspy.agents.chunking import estimate_tokens
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view import MemoryView, heading_of, is_heading
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view import MemoryView, heading_of, is_heading
 from amb_dspy.retrieval.keyword import once_per_term, tokenize
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
@@ -135,7 +135,7 @@ def test_a_header_is_never_dearer_than_its_costed_form():
     """Costing a header at its id's dearest form is what keeps the lines shown independent of the ids drawn."""
     import uuid
 
-    from amb_dspy.memory_view import _header, _header_cost
+    from amb_dspy.memory.view import _header, _header_cost
 
     ids = [uuid.uuid4().hex[:length] for length in (8, 9, 32) for _ in range(3000)] + ["0a0a0a0a", "12345678"]
     assert all(estimate_tokens(_header(i, 10)) + 2 <= _header_cost(i, estimate_tokens) for i in ids)

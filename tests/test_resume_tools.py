@@ -74,10 +74,10 @@ def test_a_run_killed_mid_loop_resumes_without_losing_or_repeating_a_tool_call(t
 def test_the_journal_drops_a_line_cut_by_the_kill_and_keeps_unasked_responses_in_memory(tmp_path, embedder):
     import dspy
 
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
     from amb_dspy.storage import InsightDoc
     from amb_dspy.task.journal import JOURNAL_FILE, ToolJournal, keep_unasked
-    from amb_dspy.tool_cache import ToolCache
+    from amb_dspy.task.tool_cache import ToolCache
 
     backend: list[str] = []
 

@@ -65,7 +65,7 @@ def test_missing_model_directory_is_one_clear_error(tmp_path):
     assert "\n" not in str(info.value) and "no-model" in str(info.value)
 
 
-@pytest.mark.parametrize("module", ["amb_dspy.retrieval.embedding", "amb_dspy.retrieval.hybrid", "amb_dspy.graph_ops"])
+@pytest.mark.parametrize("module", ["amb_dspy.retrieval.embedding", "amb_dspy.retrieval.hybrid", "amb_dspy.memory.graph_ops"])
 def test_importing_retrieval_does_not_load_torch_sentence_transformers_or_faiss(module):
     code = (
         f"import sys, {module}\n"

@@ -16,7 +16,7 @@ from scripted_lm import ScriptedLM
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import TaskStatus
 from amb_dspy.task.session import TaskSession
 

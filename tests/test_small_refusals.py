@@ -21,7 +21,7 @@ def test_an_unreadable_context_file_is_named():
 
 
 def test_a_bank_file_with_an_attachment_outside_the_storage_folder_is_refused(tmp_path, embedder):
-    from amb_dspy.graph_ops import MemoryStore, NodeContent
+    from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
     from amb_dspy.storage import Attachment, AttachmentType, InteractionEntry
 
     store = MemoryStore(embedder)

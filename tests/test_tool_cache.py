@@ -11,7 +11,7 @@ from test_bank import CITY, EXTRACT, FESTIVAL, REACT, compress, one_cluster_per_
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.storage import hop_summary
-from amb_dspy.tool_cache import search_key, url_key
+from amb_dspy.task.tool_cache import search_key, url_key
 from amb_dspy.tools import LocalCorpus
 
 
@@ -108,7 +108,7 @@ def test_failed_calls_are_not_cached(tmp_path, corpus, embedder):
 
 
 def test_hops_are_stored_in_the_bank_file(tmp_path, corpus, embedder):
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
 
     config = AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t", max_loops=3, policy="lm")
     bank, _, result = run(config, corpus, embedder, repeating_lm([STEPS, STEPS]))

@@ -84,7 +84,7 @@ def test_one_failed_search_among_good_ones_is_listed_and_the_goal_can_be_met(tmp
 
 
 def test_a_tool_that_raises_is_recorded_as_a_failed_call(embedder):
-    from amb_dspy.executor import Executor
+    from amb_dspy.task.executor import Executor
 
     def search(query: str) -> str:
         raise ValueError("broken tool")
@@ -110,11 +110,11 @@ def test_the_cli_lists_the_failures_in_its_last_lines(tmp_path, monkeypatch):
 
 
 def test_a_resumed_run_keeps_the_count_of_its_failed_calls(tmp_path, embedder):
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
     from amb_dspy.storage import InsightDoc
     from amb_dspy.task.checkpoint import read_checkpoint, write_checkpoint
     from amb_dspy.task.state import RunState
-    from amb_dspy.tool_failures import tool_termination
+    from amb_dspy.task.tool_failures import tool_termination
 
     store = MemoryStore(embedder, InsightDoc(task_goal=GOAL))
     state = RunState(doc_id=store.insight_doc.doc_id, tool_calls=2, tool_failures=2)

@@ -17,7 +17,7 @@ from scripted_lm import ScriptedLM
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.executor import Executor
+from amb_dspy.task.executor import Executor
 from amb_dspy.tools import Observation, SearchResult, SearchTool, build_tools, cap_observation, full_text
 
 REACT = "next_thought,next_tool_name,next_tool_args"

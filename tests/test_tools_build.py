@@ -8,8 +8,8 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from amb_dspy.config import AmbConfig
-from amb_dspy.graph_ops import MemoryStore, NodeContent
+from amb_dspy.config import ToolSettings
+from amb_dspy.memory.graph_ops import MemoryStore, NodeContent
 from amb_dspy.storage import InteractionEntry
 from amb_dspy.tools import DeepRetrievalTool, LocalCorpus, SearchTool, VisitTool, build_tools
 
@@ -26,10 +26,10 @@ def tools(demo_corpus, embedder, tmp_path):
     store = MemoryStore(embedder)
     node = store.add_node(NodeContent("festival city", "the festival is held in Marrowick", ["festival", "Marrowick"]))
     store.record_entry(InteractionEntry(text="search said the festival is in Marrowick"), [node.id])
-    config = AmbConfig(jina_api_key="", serper_api_key="")
+    settings = ToolSettings(jina_api_key="", serper_api_key="")
     return node, build_tools(
         search=SearchTool(demo_corpus),
-        visit=VisitTool(config, corpus=demo_corpus),
+        visit=VisitTool(settings, corpus=demo_corpus),
         deep_retrieval=DeepRetrievalTool(store, tmp_path),
     )
 

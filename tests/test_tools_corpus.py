@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import AmbConfig, ToolSettings
 from amb_dspy.tools import (
     CorpusError,
     LocalCorpus,
@@ -216,18 +216,18 @@ def test_search_tool_reports_failures_as_one_line():
     assert out == "Error: search failed: RuntimeError: boom with a second line"
 
 
-def test_make_search_backend_prefers_a_given_corpus_then_serper(folder, embedder, monkeypatch):
+def test_make_search_backend_prefers_a_given_corpus_then_serper(folder, embedder, monkeypatch, tmp_path):
     for name in ("SERPER_API_KEY", "AMB_SERPER_API_KEY", "AMB_CORPUS"):
         monkeypatch.delenv(name, raising=False)
-    keyed = AmbConfig(serper_api_key="key-1", corpus=folder)
-    local = make_search_backend(keyed, load_corpus(keyed, embedder))  # a corpus the user named wins over the key
+    keyed = ToolSettings(serper_api_key="key-1", corpus=folder)
+    local = make_search_backend(keyed, load_corpus(keyed, embedder, cache_dir=tmp_path))  # a corpus the user named wins over the key
     assert isinstance(local, LocalCorpus) and len(local) == 3
-    serper = make_search_backend(AmbConfig(serper_api_key="key-1"))
+    serper = make_search_backend(ToolSettings(serper_api_key="key-1"))
     assert isinstance(serper, SerperSearch) and serper.api_key == "key-1"
-    assert load_corpus(AmbConfig(), embedder) is None
-    assert make_search_backend(AmbConfig()) is None
+    assert load_corpus(ToolSettings(), embedder, cache_dir=tmp_path) is None
+    assert make_search_backend(ToolSettings()) is None
     with pytest.raises(CorpusError):
-        load_corpus(AmbConfig(corpus=folder / "missing"), embedder)
+        load_corpus(ToolSettings(corpus=folder / "missing"), embedder, cache_dir=tmp_path)
 
 
 # --- text helpers -----------------------------------------------------------------------------

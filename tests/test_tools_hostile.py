@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import AmbConfig, ToolSettings
 from amb_dspy.tools import VisitTool, netguard
 from amb_dspy.tools.netguard import check_url, non_public_kind
 
@@ -138,7 +138,7 @@ def _url(httpd, path: str) -> str:
 
 def _visit(url: str, **settings) -> str:
     settings.setdefault("jina_api_key", "")
-    return VisitTool(AmbConfig(**settings), extractor=lambda **_: None)(url, "what the page says")
+    return VisitTool(ToolSettings(**settings), extractor=lambda **_: None)(url, "what the page says")
 
 
 def _refused(out: str) -> bool:
@@ -207,7 +207,7 @@ def test_with_private_urls_allowed_the_internal_page_is_read(internal):
 def test_the_allow_setting_comes_from_the_environment(internal, monkeypatch):
     monkeypatch.setenv("AMB_ALLOW_PRIVATE_URLS", "1")
     assert AmbConfig().allow_private_urls is True
-    assert SECRET in VisitTool(AmbConfig(jina_api_key=""), extractor=lambda **_: None)(_url(internal, "/secret"), "x")
+    assert SECRET in VisitTool(ToolSettings(jina_api_key=""), extractor=lambda **_: None)(_url(internal, "/secret"), "x")
 
 
 # --- SSRF: redirects and DNS rebinding -------------------------------------------------------------------
@@ -265,7 +265,7 @@ def test_a_name_is_connected_to_at_the_address_that_was_checked(public, monkeypa
 
 
 def test_authorization_stays_with_its_host_across_redirects(public, internal):
-    tool = VisitTool(AmbConfig(jina_api_key="jina-secret-key", allow_private_urls=True), extractor=lambda **_: None,
+    tool = VisitTool(ToolSettings(jina_api_key="jina-secret-key", allow_private_urls=True), extractor=lambda **_: None,
                      jina_endpoint=_url(public, "/redirect?to=") + _url(internal, "/page") + "&u=")
     out = tool("https://example.org/article", "x")
     assert "Ordinary public text." in out
@@ -285,7 +285,7 @@ def test_a_slow_drip_cannot_hold_a_visit_past_its_timeout(internal, path):
 
 
 def test_an_endless_body_is_cut_at_the_size_cap(internal):
-    tool = VisitTool(AmbConfig(jina_api_key="", allow_private_urls=True), extractor=lambda **_: None,
+    tool = VisitTool(ToolSettings(jina_api_key="", allow_private_urls=True), extractor=lambda **_: None,
                      max_download_bytes=200_000)
     _, _, text = tool.read(_url(internal, "/endless"))
     assert text.startswith("endless text") and text.endswith("[... page cut at 200000 bytes]")

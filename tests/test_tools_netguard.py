@@ -13,14 +13,14 @@ import pytest
 import test_tools_hostile as hostile
 from test_tools_hostile import SECRET, _refused, _serve, _url, _visit
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import ToolSettings
 from amb_dspy.tools import VisitTool, netguard
 
 servers, internal, public = hostile.servers, hostile.internal, hostile.public  # the same servers and fixtures
 
 
 def test_a_private_page_is_not_handed_to_a_reader_service_either(public, internal):
-    tool = VisitTool(AmbConfig(jina_api_key="jina-key"), extractor=lambda **_: None, jina_endpoint=_url(public, "/page?u="))
+    tool = VisitTool(ToolSettings(jina_api_key="jina-key"), extractor=lambda **_: None, jina_endpoint=_url(public, "/page?u="))
     out = tool(_url(internal, "/secret"), "x")
     assert _refused(out) and "Jina" not in out, out  # refused once, with no direct download tried after
     assert public.hits == [] and internal.hits == []
@@ -75,7 +75,7 @@ def test_through_a_proxy_a_private_target_is_refused_before_any_request(proxy, i
 
 def test_through_a_proxy_a_private_target_is_read_when_private_urls_are_allowed(proxy, internal, monkeypatch):
     monkeypatch.setenv("AMB_ALLOW_PRIVATE_URLS", "1")
-    out = VisitTool(AmbConfig(jina_api_key=""), extractor=lambda **_: None)(_url(internal, "/secret"), "x")
+    out = VisitTool(ToolSettings(jina_api_key=""), extractor=lambda **_: None)(_url(internal, "/secret"), "x")
     assert SECRET in out
     assert proxy.hits == [_url(internal, "/secret")] and [h["path"] for h in internal.hits] == ["/secret"]
 

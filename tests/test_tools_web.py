@@ -15,7 +15,7 @@ import dspy
 import pytest
 from dspy.utils import DummyLM
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import ToolSettings
 from amb_dspy.tools import LocalCorpus, SearchTool, SerperSearch, VisitTool
 from amb_dspy.tools.types import SearchError
 
@@ -135,11 +135,11 @@ class RecordingExtractor:
         return dspy.Prediction(evidence=self.evidence, summary=self.summary)
 
 
-def _config(**kw) -> AmbConfig:
+def _config(**kw) -> ToolSettings:
     """Settings for these tests: their server is on 127.0.0.1, which visit refuses unless told otherwise."""
     kw.setdefault("jina_api_key", "")
     kw.setdefault("allow_private_urls", True)
-    return AmbConfig(**kw)
+    return ToolSettings(**kw)
 
 
 def test_visit_reads_html_without_scripts_navigation_or_footers(base):

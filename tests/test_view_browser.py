@@ -155,7 +155,7 @@ def test_the_page_draws_the_bank_and_shows_a_clicked_node_without_running_its_te
 
 
 def test_an_empty_bank_renders_with_a_notice(tmp_path, embedder, browser_page):
-    from amb_dspy.graph_ops import MemoryStore
+    from amb_dspy.memory.graph_ops import MemoryStore
     from amb_dspy.storage import InsightDoc
 
     MemoryStore(embedder, InsightDoc(task_goal="nothing yet")).export(tmp_path / "empty.json")

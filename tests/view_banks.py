@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from amb_dspy.graph_ops import MemoryStore, NodeDraft
+from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
 from amb_dspy.storage import (
     CompletedTask,
     InsightDoc,

@@ -17,7 +17,7 @@ the nodes whose candidates fit one call go to
 :class:`~amb_dspy.agents.analysis_batch.AnalyzeRelationshipsBatch` (every node shown once, numbered;
 see that module), packed by the window; each node gets the output a call of its own would give it. A node alone in a call, one whose candidates need several calls, or one the batch answer leaves
 out, is judged on its own exactly as above; an unusable batch answer is asked again in two halves. The caller decides which nodes may be judged together
-(see :mod:`amb_dspy.memory_writer`: the nodes of one conversion are judged independently, on the graph
+(see :mod:`amb_dspy.memory.writer`: the nodes of one conversion are judged independently, on the graph
 as the conversion found it).
 
 Predictor: ``analyze`` (:class:`AnalyzeRelationships`); the batch predictor is not compiled (held

@@ -83,7 +83,7 @@ Item = tuple[NodeContent, list[NodeContent]]  # (new node, its candidates), each
 
 def pack_items(agent: MemoryAgent, predictor: dspy.Predict, items: list[Item]) -> list[list[int]]:
     """``items`` (by index) grouped, in order, into calls that fit the window, the answer room and the batch size."""
-    budget = int(agent.window * agent.config.chunk_ratio) - agent.prompt_tokens(predictor, notes=[], new_notes=[])
+    budget = int(agent.window * agent.settings.chunk_ratio) - agent.prompt_tokens(predictor, notes=[], new_notes=[])
     room = answer_tokens(agent.active_lm())
     groups: list[list[int]] = []
     current: list[int] = []

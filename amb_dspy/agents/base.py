@@ -33,7 +33,7 @@ import pydantic
 from dspy.utils.exceptions import AdapterParseError, LMError
 
 from amb_dspy.agents.chunking import TokenCounter, token_counter_for
-from amb_dspy.config import DEFAULT_WINDOW, AgentName, AmbConfig
+from amb_dspy.config import DEFAULT_WINDOW, AgentName, AgentSettings, AmbConfig, ModelSettings
 from amb_dspy.errors import AmbError, ConfigError
 from amb_dspy.lm import input_window, is_embedded, prompt_budget
 from amb_dspy.retrieval.keyword import STOPWORDS
@@ -89,9 +89,19 @@ class MemoryAgent(dspy.Module):
 
     def __init__(self, config: AmbConfig | None = None, token_counter: TokenCounter | None = None, lm: Any = None):
         super().__init__()
-        self.config = config or AmbConfig()
+        # An agent keeps the part of the settings it reads: its section (windows, chunking, batching) and
+        # the models' lm_threads. Without a config, the sections read the environment as AmbConfig() would.
+        self.settings = config.agents if config is not None else AgentSettings()
+        self.configured_threads = config.models.lm_threads if config is not None else ModelSettings().lm_threads
         self._token_counter = Borrowed(token_counter)
         self._lm = Borrowed(lm)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # A whole-program pickle saved before agents kept only their section holds the whole config.
+        if "config" in state and "settings" not in state:
+            config = state.pop("config")
+            state.update(settings=config.agents, configured_threads=config.models.lm_threads)
+        super().__setstate__(state)
 
     # --- LM and tokens --------------------------------------------------------------------------
 
@@ -100,20 +110,20 @@ class MemoryAgent(dspy.Module):
         return self._lm.value or dspy.settings.lm
 
     def lm_threads(self) -> int:
-        """How many of this agent's independent calls may run at once: ``config.lm_threads``, else 8 for a
+        """How many of this agent's independent calls may run at once: the ``lm_threads`` setting, else 8 for a
         hosted LM (each call is a network round trip) and 1 for the embedded model (its engine runs one
         generation at a time)."""
-        if self.config.lm_threads:
-            return self.config.lm_threads
+        if self.configured_threads:
+            return self.configured_threads
         lm = self.active_lm()
         return 1 if lm is None or is_embedded(lm) else HOSTED_LM_THREADS
 
     def ingest_batch(self) -> int:
-        """How many clusters (structure) or new nodes (analysis) one call may take: ``config.ingest_batch``,
+        """How many clusters (structure) or new nodes (analysis) one call may take: the ``ingest_batch`` setting,
         else 24 for a hosted LM and 1 for the embedded model (its 1,024-token answers hold few summaries
         and its batch answers seldom parse, so batching cost it more calls than asking one at a time)."""
-        if self.config.ingest_batch:
-            return self.config.ingest_batch
+        if self.settings.ingest_batch:
+            return self.settings.ingest_batch
         lm = self.active_lm()
         return 1 if lm is None or is_embedded(lm) else HOSTED_INGEST_BATCH
 
@@ -127,7 +137,7 @@ class MemoryAgent(dspy.Module):
         """The configured window, else (None) the active LM's (:func:`~amb_dspy.lm.input_window`), else
         :data:`~amb_dspy.config.DEFAULT_WINDOW`; capped by an embedded model's prompt room (its context
         minus its answer's share)."""
-        window = self.config.window(self.name)
+        window = self.settings.window(self.name)
         lm = self.active_lm()
         if window is None:
             window = (input_window(lm) if lm is not None else None) or DEFAULT_WINDOW
@@ -151,7 +161,7 @@ class MemoryAgent(dspy.Module):
     def content_budget(self, predictor: dspy.Predict, **empty_inputs: Any) -> int:
         """Tokens left for the variable input once the prompt around it is counted (see module docstring)."""
         overhead = self.prompt_tokens(predictor, **empty_inputs)
-        budget = int(self.window * self.config.chunk_ratio) - overhead
+        budget = int(self.window * self.settings.chunk_ratio) - overhead
         if budget < MIN_INPUT_BUDGET:
             raise ConfigError(
                 f"{self.name} window of {self.window} tokens leaves {budget} for input after {overhead} tokens of "

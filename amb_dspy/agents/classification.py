@@ -14,7 +14,7 @@ Topics are bounded in tokens (``AmbConfig.topic_min_tokens`` to ``topic_max_toke
 larger is cut, in order, into runs of at most the maximum, and at a paragraph break (in a dialogue, a new
 session) once a run holds the minimum (:func:`~amb_dspy.agents.chunking.bounded_runs`). Topic sizes are
 counted with :func:`~amb_dspy.agents.chunking.estimate_tokens`, the counter of the ``<memory>`` block's budget
-(:mod:`amb_dspy.memory_view`), whatever LM is active: a node is bounded in the unit it is shown in, and the
+(:mod:`amb_dspy.memory.view`), whatever LM is active: a node is bounded in the unit it is shown in, and the
 same text gives the same topics with or without a local model's tokenizer (the LM's own counter, lower than
 the estimate, let nodes reach 410 estimated tokens under a 300 bound). Windows stay in the LM's tokens.
 
@@ -120,7 +120,7 @@ class ClassificationAgent(MemoryAgent):
     @property
     def topic_tokens(self) -> tuple[int, int]:
         """(smallest, largest) size of a topic in tokens; the largest is never under the smallest."""
-        low, high = self.config.topic_min_tokens, self.config.topic_max_tokens
+        low, high = self.settings.topic_min_tokens, self.settings.topic_max_tokens
         return min(low, high), high
 
     count_topic_tokens = staticmethod(estimate_tokens)  # a topic's size, in the <memory> budget's unit

@@ -101,7 +101,7 @@ class IntegrationAgent(MemoryAgent):
             validation_result=validation_result,
             neighbors=[NeighborBrief(number=i, context=n.context, keywords=n.keywords) for i, n in enumerate(neighbors, 1)],
         )
-        limit = int(self.window * self.config.chunk_ratio)
+        limit = int(self.window * self.settings.chunk_ratio)
         if (used := self.prompt_tokens(self.merge, **inputs)) > limit:
             logger.warning("integration: prompt of %d tokens exceeds the %d-token budget; sent whole", used, limit)
         prediction = self.call(self.merge, **inputs)

@@ -151,7 +151,7 @@ class PlanningAgent(MemoryAgent):
         fixed = dict(task_goal=doc.task_goal, executed_task=executed or "", execution_report="", new_memories=[])
         while True:
             overhead = self.prompt_tokens(self.plan, completed_tasks=records, **fixed)
-            budget = int(self.window * self.config.chunk_ratio) - overhead
+            budget = int(self.window * self.settings.chunk_ratio) - overhead
             if budget >= MIN_INPUT_BUDGET or not records:
                 break
             records = records[1:]

@@ -238,7 +238,7 @@ class StructureAgent(MemoryAgent):
         if not items:
             return []
         batch = self._batch.value
-        budget = int(self.window * self.config.chunk_ratio) - self.prompt_tokens(batch, topics=[])
+        budget = int(self.window * self.settings.chunk_ratio) - self.prompt_tokens(batch, topics=[])
         room = answer_tokens(self.active_lm())
         separator = self.count_tokens(", ")
         # per item: its tokens in the prompt, one item, and its summary's most (half its content) in the answer

@@ -72,11 +72,11 @@ class EmbeddingSettings(Section):
 
 
 class ViewSettings(Section):
-    """What the ``<memory>`` block shows, and in how many tokens (amb_dspy.memory_view)."""
+    """What the ``<memory>`` block shows, and in how many tokens (amb_dspy.memory.view)."""
 
     memory_view: Literal["summary", "evidence"] = Field(
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
-                               "ranked through the graph (amb_dspy.memory_view; AMB_MEMORY_VIEW)")
+                               "ranked through the graph (amb_dspy.memory.view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")
 
 
@@ -97,7 +97,7 @@ class ToolSettings(Section):
                                                                    "sees it; memory records the whole response")
     max_convert_chars: int = Field(20_000, ge=200, description="the most text of one observation memory conversion "
                                    "reads with the LM: the passages most relevant to the goal; the whole response "
-                                   "is kept raw in the Interaction Tree (amb_dspy.conversion_budget)")
+                                   "is kept raw in the Interaction Tree (amb_dspy.memory.conversion_budget)")
 
 
 class ExecutorSettings(Section):
@@ -139,7 +139,7 @@ class AgentSettings(Section):
         "conversion", description="conversion: the new nodes of one conversion are judged on the graph as it found "
                                   "them, verdicts applied in order after (batched, the same bank as one call a node); "
                                   "ordered: each node after the verdicts on the nodes before it, one call each; the "
-                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory_writer)")
+                                  "heuristic policy always orders (AMB_INGEST_ANALYSIS, amb_dspy.memory.writer)")
 
     @field_validator("ingest_analysis", mode="before")
     @classmethod

@@ -76,7 +76,7 @@ def resolve_lms(config: AmbConfig, *, lm: dspy.BaseLM | None = None,
         spec, notice = resolve_lm_spec(config)
         main = built[spec] = build_lm(spec, config)
     per_agent: dict[str, dspy.BaseLM] = {}
-    for agent, spec in config.agent_lms.items():
+    for agent, spec in config.models.agent_lms.items():
         spec = spec.strip()
         if spec not in built:
             built[spec] = build_lm(spec, config)

@@ -109,13 +109,13 @@ class LlamaCppEngine:
 
     def complete(self, request: lm15.Request) -> lm15.Response:
         validate_request(request)
-        config = request.config
+        options = request.config  # the request's generation options (not amb settings)
         _refuse_unsupported(request)
         llama = self.llama
         path = str(self.path)
         formatted = llama_models.chat_formatter(path)(messages=_chat_messages(request))
         prompt = llama.tokenize(formatted.prompt.encode("utf-8"), add_bos=not formatted.added_special, special=True)
-        max_tokens = config.max_tokens or LOCAL_MAX_TOKENS
+        max_tokens = options.max_tokens or LOCAL_MAX_TOKENS
         n_ctx = min(self.n_ctx, llama.n_ctx())  # the model may be loaded already, for a larger context
         if len(prompt) + max_tokens > n_ctx:
             raise PromptTooLongError(
@@ -124,17 +124,17 @@ class LlamaCppEngine:
             )
         sampling = {
             key: value
-            for key, value in {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k}.items()
+            for key, value in {"temperature": options.temperature, "top_p": options.top_p, "top_k": options.top_k}.items()
             if value is not None
         }
         with llama_models.run_lock(path):
             out = llama.create_completion(
                 prompt=prompt,
                 max_tokens=max_tokens,
-                stop=[*config.stop, *(formatted.stop or [])],
+                stop=[*options.stop, *(formatted.stop or [])],
                 stopping_criteria=formatted.stopping_criteria,
-                grammar=llama_models.grammar(path, llama_models.grammar_key(config.response_format)),
-                seed=config.seed if config.seed is not None else self.seed,
+                grammar=llama_models.grammar(path, llama_models.grammar_key(options.response_format)),
+                seed=options.seed if options.seed is not None else self.seed,
                 repeat_penalty=self.repeat_penalty,
                 **sampling,
             )

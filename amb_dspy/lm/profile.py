@@ -45,16 +45,16 @@ def task_strategy(config: AmbConfig, lm: Any) -> tuple[AmbConfig, str]:
     """The configuration a task on ``lm`` runs with (``strategy`` resolved to ``loop`` or ``direct``; under
     ``direct`` the ``auto`` policy becomes ``heuristic``) and one line saying which strategy and why."""
     model = _model_name(lm)
-    if config.strategy == "auto":
+    if config.executor.strategy == "auto":
         tiny = is_tiny(lm)
         strategy = "direct" if tiny else "loop"
         why = (f"{model} is a tiny model that cannot plan or run a ReAct loop: memory by the deterministic policies, "
                "one answer from memory; --strategy loop runs the full loop" if tiny
                else f"{model} runs the full loop: plan, search, answer")
     else:
-        strategy, why = config.strategy, f"as set (--strategy / AMB_STRATEGY), with {model}"
+        strategy, why = config.executor.strategy, f"as set (--strategy / AMB_STRATEGY), with {model}"
     update: dict[str, Any] = {"strategy": strategy}
-    if strategy == "direct" and config.policy == "auto":
+    if strategy == "direct" and config.models.policy == "auto":
         update["policy"] = "heuristic"
     return config.model_copy(update=update), f"strategy: {strategy} ({why})"
 

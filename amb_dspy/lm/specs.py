@@ -36,7 +36,7 @@ def resolve_lm_spec(config: AmbConfig) -> tuple[str, str | None]:
     """
     from amb_dspy.config import DEFAULT_LM
 
-    spec = config.lm.strip()
+    spec = config.models.lm.strip()
     if spec == DEFAULT_LM and not has_credentials(spec, config.models):
         return LOCAL_SPEC, LOCAL_NOTICE
     return spec, None
@@ -103,7 +103,7 @@ def checked_config(**overrides) -> AmbConfig:
 
     try:
         config = AmbConfig(**{key: value for key, value in overrides.items() if value is not None})
-        for spec in (config.lm, *config.agent_lms.values()):
+        for spec in (config.models.lm, *config.models.agent_lms.values()):
             check_provider(spec)
     except ValidationError as exc:
         raise ConfigError(invalid_setting(exc)) from None

@@ -23,70 +23,27 @@ from __future__ import annotations
 
 import shutil
 import threading
-import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from amb_dspy.longterm.base import AuditRecord, Change, Kind, LongTermStore, MemoryItem
+from amb_dspy.longterm.edge_shard import META_ID, VECTOR, audit_points, item_point, open_shard, qdrant_edge
 from amb_dspy.longterm.errors import StoreUnavailableError, unavailable_on_error
 from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.longterm.nearest import NearestIndex
 from amb_dspy.longterm.qdrant import FOLDER_NAME, point_id, unit
+from amb_dspy.longterm.qdrant_migrate import is_client_folder, migrate_client_folder
 from amb_dspy.retrieval.embedding import Embedder
 
 __all__ = ["FOLDER_NAME", "QdrantEdgeStore", "SHARD", "open_shard"]
 
 SHARD = "edge"
-VECTOR = "item"
-_META_ID = point_id("edge meta")  # the id space of every amb point (the same id as before: shards stay readable)
 _PAGE = 2_000
 _OPEN: dict[str, _Folder] = {}
 _OPEN_LOCK = threading.Lock()
 OPEN_TIMEOUT_S = 30.0  # how long an open waits for another process to let go of the folder
-
-
-def _edge():
-    try:
-        import qdrant_edge
-    except ImportError:
-        raise StoreUnavailableError("the qdrant long-term backend needs qdrant-edge-py: "
-                                    "pip install 'amb-dspy[longterm]'") from None
-    return qdrant_edge
-
-
-def open_shard(path: Path, dim: int):
-    """The Edge shard at ``path``, created (with its payload indexes and the embedding size) if missing."""
-    qe = _edge()
-    if (path / "edge_config.json").exists():
-        return qe.EdgeShard.load(str(path))
-    shard = qe.EdgeShard.create(str(path), qe.EdgeConfig(
-        vectors={VECTOR: qe.EdgeVectorParams(size=dim, distance=qe.Distance.Dot)}))
-    for field in ("type", "namespace", "kind", "item_id"):
-        shard.update(qe.UpdateOperation.create_field_index(field, qe.PayloadSchemaType.Keyword))
-    shard.update(qe.UpdateOperation.upsert_points([qe.Point(_META_ID, {}, {"type": "meta", "dim": dim})]))
-    return shard
-
-
-def item_point(item: MemoryItem, vector: np.ndarray):
-    return _edge().Point(point_id(item.id), {VECTOR: unit(vector).tolist()},
-                         {"type": "item", "item": item.model_dump_json(), "namespace": item.namespace,
-                          "kind": item.kind})
-
-
-def audit_point(record: AuditRecord, seq: int, point: str | None = None):
-    """An audit row as a point without a vector. The row is kept as JSON text: a float payload field
-    comes back from the shard up to one unit in the last place off (``at`` would not round-trip)."""
-    return _edge().Point(point or str(uuid.uuid4()), {}, {
-        "type": "audit", "namespace": record.namespace, "item_id": record.item_id, "seq": seq,
-        "row": record.model_dump_json()})
-
-
-def audit_points(records: Sequence[AuditRecord]) -> list:
-    first = time.time_ns()
-    return [audit_point(record, first + n) for n, record in enumerate(records)]
 
 
 def _item(payload: dict) -> MemoryItem:
@@ -94,7 +51,7 @@ def _item(payload: dict) -> MemoryItem:
 
 
 def _match(**fields):
-    qe = _edge()
+    qe = qdrant_edge()
     return qe.Filter(must=[qe.FieldCondition(key, match=qe.MatchValue(value)) for key, value in fields.items()])
 
 
@@ -132,7 +89,7 @@ class _Folder:
         return index
 
     def scroll(self, where, *, with_vector: bool = False, payload: bool | list[str] = True) -> list:
-        qe = _edge()
+        qe = qdrant_edge()
         points, offset = [], None
         while True:
             page, offset = self.shard.scroll(qe.ScrollRequest(offset=offset, limit=_PAGE, filter=where,
@@ -198,7 +155,7 @@ class QdrantEdgeStore(LongTermStore):
 
     # --- primitives ----------------------------------------------------------------------------
     def _apply(self, change: Change) -> None:
-        qe, folder = _edge(), self._folder
+        qe, folder = qdrant_edge(), self._folder
         upserts = [*change.added, *change.replaced]
         removed = [point_id(item.id) for item in change.removed]
         with folder.lock, self._reaching():
@@ -223,7 +180,7 @@ class QdrantEdgeStore(LongTermStore):
 
     def _restore(self, added: list[str], old: list) -> None:
         """Put the shard back as it was before a change: its new points gone, its old points back."""
-        qe, shard = _edge(), self._folder.shard
+        qe, shard = qdrant_edge(), self._folder.shard
         try:
             if added:
                 shard.update(qe.UpdateOperation.delete_points(added))
@@ -298,8 +255,6 @@ def _open_folder(path: Path, where: str, dim: int) -> _Folder:
     path.mkdir(parents=True, exist_ok=True)
     shard_path = path / SHARD
     if not (shard_path / "edge_config.json").exists():
-        from amb_dspy.longterm.qdrant_migrate import is_client_folder, migrate_client_folder
-
         partial = path / f"{SHARD}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         if is_client_folder(path):
@@ -307,7 +262,7 @@ def _open_folder(path: Path, where: str, dim: int) -> _Folder:
             partial.rename(shard_path)
     shard = open_shard(shard_path, dim)
     try:
-        found = shard.retrieve([_META_ID], True, False)
+        found = shard.retrieve([META_ID], True, False)
         held = int(found[0].payload["dim"]) if found else dim
         return _Folder(where, shard, held)
     except BaseException:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from amb_dspy.longterm.base import AuditRecord
+from amb_dspy.longterm.edge_shard import audit_point, open_shard
 from amb_dspy.longterm.qdrant import _DIM_POINT, AUDIT, ITEMS_PREFIX, META
 
 _PAGE = 1_000
@@ -26,8 +27,6 @@ def migrate_client_folder(path: Path, target: Path, dim: int) -> int:
     """Copy the qdrant-client store at ``path`` into a new Edge shard at ``target``; the items copied."""
     import qdrant_client
     import qdrant_edge as qe
-
-    from amb_dspy.longterm.edge import audit_point, open_shard
 
     client = qdrant_client.QdrantClient(path=str(path))
     shard = None

@@ -7,7 +7,7 @@ it is embedded (Qdrant's: a Qdrant Edge shard, :mod:`.edge`). Embedded stores li
 
 :func:`open_store_with_fallback` is what a run uses: a configured backend that cannot be reached
 gives way to the local SQLite store (one notice says so), and ``AMB_LONGTERM_DUAL_WRITE=1`` writes
-both (:mod:`.dual`), catching the server up on the next connection. With ``AMB_REDACT=1`` (``config.redact``)
+both (:mod:`.dual`), catching the server up on the next connection. With ``AMB_REDACT=1`` (``config.longterm.redact``)
 the opened store redacts everything it writes, whichever door the write came through.
 
 A new backend is one function here that builds it from the configuration, plus its module.
@@ -16,68 +16,70 @@ A new backend is one function here that builds it from the configuration, plus i
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-from amb_dspy.config import AmbConfig
+from amb_dspy.config import AmbConfig, LongTermSettings
 from amb_dspy.longterm.base import LongTermStore
 from amb_dspy.longterm.errors import StoreUnavailableError
-from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding import Embedder, shared_embedder
 
 
-def _sqlite(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
+def _sqlite(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
     from amb_dspy.longterm.sqlite import FILE_NAME, SQLiteStore
 
-    return SQLiteStore(config.storage_dir / FILE_NAME, embedder, **options)
+    return SQLiteStore(storage_dir / FILE_NAME, embedder, **options)
 
 
-def _chroma(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
+def _chroma(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
     from amb_dspy.longterm.chroma import FOLDER_NAME, ChromaStore
 
-    if config.longterm_url:
-        return ChromaStore.http(config.longterm_url, embedder, **options)
-    return ChromaStore.persistent(config.storage_dir / FOLDER_NAME, embedder, **options)
+    if settings.longterm_url:
+        return ChromaStore.http(settings.longterm_url, embedder, **options)
+    return ChromaStore.persistent(storage_dir / FOLDER_NAME, embedder, **options)
 
 
-def _qdrant(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
-    if config.longterm_url:
+def _qdrant(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
+    if settings.longterm_url:
         from amb_dspy.longterm.qdrant import QdrantStore
 
-        return QdrantStore.server(config.longterm_url, embedder, api_key=config.longterm_api_key, **options)
+        return QdrantStore.server(settings.longterm_url, embedder, api_key=settings.longterm_api_key, **options)
     from amb_dspy.longterm.edge import FOLDER_NAME, QdrantEdgeStore
 
-    return QdrantEdgeStore.local(config.storage_dir / FOLDER_NAME, embedder, **options)
+    return QdrantEdgeStore.local(storage_dir / FOLDER_NAME, embedder, **options)
 
 
-BACKENDS: dict[str, Callable[[AmbConfig, Embedder, dict], LongTermStore]] = {
+# Each backend is built from the long-term section and the storage folder (``config.paths.storage_dir``).
+BACKENDS: dict[str, Callable[[LongTermSettings, Path, Embedder, dict], LongTermStore]] = {
     "sqlite": _sqlite, "chroma": _chroma, "qdrant": _qdrant}
 
 
-def open_store(config: AmbConfig | None = None, *, embedder: Embedder | None = None, **options) -> LongTermStore:
-    """The configured store. ``options`` go to the store (``weights``, ``dedup_threshold``, ``clock``);
-    ``alpha`` defaults to the configured retrieval alpha. Raises :class:`StoreUnavailableError`."""
-    config = config or AmbConfig()
-    backend = config.longterm_backend.strip().lower()
+def open_store(config: AmbConfig, *, embedder: Embedder | None = None, **options) -> LongTermStore:
+    """The store ``config`` names. It reads four sections: long-term (backend, server, redaction), paths (the
+    storage folder), retrieval (``alpha``, the default of that option) and embedding (when no ``embedder`` is
+    given). ``options`` go to the store (``weights``, ``dedup_threshold``, ``clock``). Raises
+    :class:`StoreUnavailableError`."""
+    settings = config.longterm
+    backend = settings.longterm_backend.strip().lower()
     if backend not in BACKENDS:
-        raise StoreUnavailableError(f"unknown long-term backend {config.longterm_backend!r}; "
+        raise StoreUnavailableError(f"unknown long-term backend {settings.longterm_backend!r}; "
                                     f"known: {', '.join(BACKENDS)}")
     if embedder is None:
-        from amb_dspy.retrieval.embedding import default_embedder
-
-        embedder = default_embedder(config=config)
-    options.setdefault("alpha", config.retrieval_alpha)
-    store = BACKENDS[backend](config, embedder, options)
-    if config.redact:  # a property of the store's write path: every door that writes through it redacts
+        embedder = shared_embedder(config.embedding, config.paths.cache_dir)
+    options.setdefault("alpha", config.retrieval.retrieval_alpha)
+    store = BACKENDS[backend](settings, config.paths.storage_dir, embedder, options)
+    if settings.redact:  # a property of the store's write path: every door that writes through it redacts
         store.redactor = redacting()
     return store
 
 
 def redacting(region: str = "US") -> Callable[[str], str]:
-    """The redaction a store with ``config.redact`` applies to every text it writes."""
+    """The redaction a store with ``config.longterm.redact`` applies to every text it writes."""
     from amb_dspy.longterm.redact import redact
 
     return lambda text: redact(text, region=region).text
 
 
-def open_store_or_notice(config: AmbConfig | None = None, *, embedder: Embedder | None = None,
+def open_store_or_notice(config: AmbConfig, *, embedder: Embedder | None = None,
                          **options) -> tuple[LongTermStore | None, str | None]:
     """``(store, None)``, or ``(None, notice)`` when the store cannot be opened or reached: the
     caller goes on without long-term memory and shows the one-line notice."""
@@ -87,39 +89,37 @@ def open_store_or_notice(config: AmbConfig | None = None, *, embedder: Embedder 
         return None, f"no long-term memory this run: {exc}"
 
 
-def open_store_with_fallback(config: AmbConfig | None = None, *, embedder: Embedder | None = None,
+def open_store_with_fallback(config: AmbConfig, *, embedder: Embedder | None = None,
                              **options) -> tuple[LongTermStore | None, str | None]:
     """The configured store, or the local SQLite store when the configured one cannot be reached, with
     a one-line notice saying so; with ``longterm_dual_write`` a :class:`~amb_dspy.longterm.dual.DualStore`
     of both (the notice then tells what was caught up). ``(None, notice)`` only when even the local
     store cannot be opened."""
-    config = config or AmbConfig()
-    backend = config.longterm_backend.strip().lower()
+    backend = config.longterm.longterm_backend.strip().lower()
     if backend == "sqlite":
         return open_store_or_notice(config, embedder=embedder, **options)
     if embedder is None:
-        from amb_dspy.retrieval.embedding import default_embedder
-
-        embedder = default_embedder(config=config)
+        embedder = shared_embedder(config.embedding, config.paths.cache_dir)
     local_config = config.model_copy(update={"longterm_backend": "sqlite", "longterm_url": ""})
     try:
         remote, unreachable = open_store(config, embedder=embedder, **options), None
     except StoreUnavailableError as exc:
         remote, unreachable = None, str(exc)
-    if remote is not None and not config.longterm_dual_write:
+    if remote is not None and not config.longterm.longterm_dual_write:
         return remote, None
     local, notice = open_store_or_notice(local_config, embedder=embedder, **options)
     if local is None:
         if remote is not None:
             remote.close()
         return None, notice if unreachable is None else f"no long-term memory this run: {unreachable}; {notice}"
-    if config.longterm_dual_write:
+    if config.longterm.longterm_dual_write:
         from amb_dspy.longterm.dual import JOURNAL_NAME, DualStore
 
-        store = DualStore(local, remote, config.storage_dir / JOURNAL_NAME)
+        store = DualStore(local, remote, config.paths.storage_dir / JOURNAL_NAME)
         caught_up = store.reconcile()
         if caught_up:
-            return store, f"long-term store {config.longterm_url or backend}: caught up {caught_up} item(s) written while it was unreachable"
+            return store, (f"long-term store {config.longterm.longterm_url or backend}: caught up {caught_up} "
+                           "item(s) written while it was unreachable")
         if remote is None:
             return store, f"{unreachable}; writing the local SQLite store only this run (caught up on the next connection)"
         return store, store.notices[-1] if store.notices else None
@@ -132,7 +132,8 @@ def store_exists(config: AmbConfig) -> bool:
     from amb_dspy.longterm import chroma, qdrant
     from amb_dspy.longterm.sqlite import FILE_NAME
 
-    folder = {"chroma": chroma.FOLDER_NAME, "qdrant": qdrant.FOLDER_NAME}.get(config.longterm_backend.strip().lower())
-    if folder and (config.longterm_url or (config.storage_dir / folder).exists()):
+    settings, storage_dir = config.longterm, config.paths.storage_dir
+    folder = {"chroma": chroma.FOLDER_NAME, "qdrant": qdrant.FOLDER_NAME}.get(settings.longterm_backend.strip().lower())
+    if folder and (settings.longterm_url or (storage_dir / folder).exists()):
         return True
-    return (config.storage_dir / FILE_NAME).exists()
+    return (storage_dir / FILE_NAME).exists()

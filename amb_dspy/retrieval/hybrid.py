@@ -149,6 +149,20 @@ class HybridIndex:
         """The document's indexed tokens."""
         return self.keyword.tokens(self._key_of[doc_id])
 
+    def scores_of(self, query_vector: np.ndarray, query_text: str | Iterable[str], doc_ids: Iterable[str],
+                  alpha: float = 0.5) -> np.ndarray:
+        """The hybrid scores of ``doc_ids`` alone, each as :meth:`rank` would give it (BM25 over the best of all
+        documents): a ranking that needs a few documents' exact scores need not rank them all."""
+        keys = np.array([self._key_of[doc_id] for doc_id in doc_ids], dtype=np.int64)
+        if len(keys) == 0:
+            return np.zeros(0)
+        words = query_text if isinstance(query_text, str) else " ".join(query_text)
+        bm25 = self.keyword.scores(terms(words))[: self._next_key]
+        top_bm25 = float(bm25[self._alive[: self._next_key]].max())
+        bm25n = bm25[keys] / top_bm25 if top_bm25 > 0 else np.zeros(len(keys))
+        cos = self.vector.inner(keys, self._vector(query_vector)).astype(np.float64)
+        return alpha * bm25n + (1 - alpha) * cos
+
     def rank(
         self,
         query_vector: np.ndarray,

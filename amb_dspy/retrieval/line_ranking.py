@@ -3,7 +3,7 @@
 A ``<memory>`` block is written on every executor step and every ``memory_context`` call, and it scores every
 source line of the bank: what depends only on the bank (which nodes hold a line, the lines around it, whether it
 asks, who says it, the heading over it and the headings it names) is laid out once per revision, and a question's scores are a few vector operations
-(``amb_dspy.memory_view`` says what the terms mean).
+(``amb_dspy.memory.view`` says what the terms mean).
 """
 
 from __future__ import annotations

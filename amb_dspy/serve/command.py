@@ -56,10 +56,11 @@ def serve_command(
     except Exception as exc:  # noqa: BLE001 - a bad flag or setting ends in one line before serving
         typer.echo(f"error: {type(exc).__name__}: {one_line(exc)}", err=True)
         raise typer.Exit(1) from None
-    if bank.notice and config.policy != "heuristic":  # the heuristic policy calls no LM
+    if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM
         print(f"note: {bank.notice}", file=sys.stderr, flush=True)  # stdout is the protocol's, under stdio
     where = f"http://{host}:{http}/mcp" if http else "stdio"
-    print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.policy})", file=sys.stderr, flush=True)
+    print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.models.policy})", file=sys.stderr,
+          flush=True)
     serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir)
 
 

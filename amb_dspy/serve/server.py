@@ -83,7 +83,7 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
           max_tasks: int = 256, allowed_dirs: Sequence[str | Path] = ()) -> None:
     """Serve ``bank``'s memory over stdio, or streamable HTTP on ``host:http_port`` (path ``/mcp``);
     ``allowed_dirs``: folders beyond the storage folder that memory_start_task may read bank files from."""
-    registry = TaskRegistry(bank.start_session, export_dir=bank.config.storage_dir / SESSIONS_FOLDER,
+    registry = TaskRegistry(bank.start_session, export_dir=bank.config.paths.storage_dir / SESSIONS_FOLDER,
                             idle_s=idle_s, max_tasks=max_tasks)
     registry.start_reaper()
     server = build_server(bank, registry, allowed_dirs=allowed_dirs)

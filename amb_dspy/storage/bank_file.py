@@ -25,8 +25,10 @@ from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 # 3: the Insight Doc's pending task is typed (``pending``: kind, description, node ids), its text kept in
 # ``pending_tasks``. Files of versions 1-2 still load: nodes of version 1 without sources, and pending tasks
 # of both typed from their text (storage.insight_doc.legacy_pending).
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# 4: a node may be marked superseded (``superseded_by``: the entry of its document's newer version); files of
+# versions 1-3 load with every node current.
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 FORMAT_NAME = "amb-dspy-bank"
 
 
@@ -51,7 +53,7 @@ class BankFile(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
     format: Literal["amb-dspy-bank"] = FORMAT_NAME
-    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = SCHEMA_VERSION
     embedding_model: str | None = None
     hops: list[Hop] = []
     insight_doc: InsightDoc | None
@@ -228,6 +230,8 @@ def _validated(path: Path, raw: dict[str, Any], embedding_dim: int) -> LoadedBan
 def check_sources(graph: QueryGraph, tree: InteractionTree) -> None:
     """Every node's sources name one of its entries, with spans inside that entry's text (GraphError if not)."""
     for node in graph.nodes_dict.values():
+        if node.superseded_by is not None and node.superseded_by not in tree.entries:
+            raise GraphError(f"node {node.id!r} is superseded by a missing entry {node.superseded_by!r}")
         linked = set(tree.node_to_entries.get(node.id, ()))
         for source in node.sources:
             if source.entry_id not in linked:

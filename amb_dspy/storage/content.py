@@ -1,5 +1,5 @@
 """What a node says, and how a relation or a merge re-describes one: the values agents produce and
-:mod:`amb_dspy.graph_ops` stores. Ids, timestamps and embeddings are the store's business."""
+:mod:`amb_dspy.memory.graph_ops` stores. Ids, timestamps and embeddings are the store's business."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Layer 2, the Query Graph: compressed topic nodes joined by undirected ``related`` edges.
 
 Adjacency lists, no NetworkX. The graph checks its own invariants (symmetric edges, no self-loops,
-no dangling links); only :mod:`amb_dspy.graph_ops` calls its mutating methods, so that the graph,
+no dangling links); only :mod:`amb_dspy.memory.graph_ops` calls its mutating methods, so that the graph,
 the tree and the retrieval indexes always change together.
 """
 
@@ -75,6 +75,8 @@ class QueryGraphNode(BaseModel):
     timestamp: Timestamp = Field(default_factory=now)
     links: list[str] = Field(default_factory=list)
     sources: list[Source] = Field(default_factory=list)
+    # the entry of the newer version of the document this node came from (MemoryStore.supersede); None: current
+    superseded_by: str | None = None
 
     @property
     def embedding_text(self) -> str:

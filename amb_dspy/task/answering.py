@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 import dspy
 
-from amb_dspy.adapter import NO_MEMORY
 from amb_dspy.agents import MEMORY_CHECK_TASK
 from amb_dspy.config import AmbConfig
-from amb_dspy.executor import resolve_node_id
 from amb_dspy.lm import LOCAL_SPEC, is_embedded
 from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskKind, TaskStatus
+from amb_dspy.task.adapter import NO_MEMORY
+from amb_dspy.task.executor import resolve_node_id
 from amb_dspy.task.grounding import ungrounded
 from amb_dspy.task.state import revised
 

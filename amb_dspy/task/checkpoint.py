@@ -14,7 +14,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.storage.bank_file import BankFileError, write_json_atomically
 from amb_dspy.task.state import Conflict, RunState

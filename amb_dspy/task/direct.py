@@ -20,16 +20,16 @@ shape)::
 from __future__ import annotations
 
 from amb_dspy.agents.fallback.answer import evidence_lines
-from amb_dspy.executor import ExecutionResult
 from amb_dspy.lm import LMCallCapReached, is_tiny
 from amb_dspy.retrieval.keyword import STOPWORDS, stem, terms
 from amb_dspy.storage import TaskKind
 from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, accepted, resolved
+from amb_dspy.task.executor import ExecutionResult
 from amb_dspy.task.grounding import content_terms, ordered_terms
 from amb_dspy.task.loop import TaskLoop
 from amb_dspy.task.state import revised
+from amb_dspy.task.tool_failures import tool_termination
 from amb_dspy.text import words
-from amb_dspy.tool_failures import tool_termination
 from amb_dspy.tools.search import NO_BACKEND
 
 __all__ = ["DirectAnswer", "focused_memory"]

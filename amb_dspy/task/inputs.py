@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from amb_dspy.errors import InputError
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc
 
 __all__ = ["MAX_NAME_CHARS", "Observed", "checked_text", "start_store"]

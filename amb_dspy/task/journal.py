@@ -1,7 +1,7 @@
 """Resume loses nothing: every tool response is written to the checkpoint folder the moment it returns.
 
 ``DIR/tool_calls.jsonl`` gets one line per backend call of ``search`` and ``visit`` (the tools the tool
-cache keys: :func:`amb_dspy.tool_cache.call_key`): the tool, its arguments, the whole response and what
+cache keys: :func:`amb_dspy.task.tool_cache.call_key`): the tool, its arguments, the whole response and what
 the executor's LM was shown; the line is flushed and fsynced before the response reaches the executor.
 Each checkpoint records how many lines the journal held when it was written, and the tool cache's
 state. A run resumed from it:
@@ -26,9 +26,9 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InteractionEntry
-from amb_dspy.tool_cache import ToolCache, call_key
+from amb_dspy.task.tool_cache import ToolCache, call_key
 from amb_dspy.tools.observation import Observation, full_text
 
 JOURNAL_FILE = "tool_calls.jsonl"

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import dspy
 
-from amb_dspy.adapter import knowledge_text, recognition_text
 from amb_dspy.agents.fallback.planning import pending_after_failure
 from amb_dspy.errors import one_line
-from amb_dspy.executor import ExecutionResult, Executor, citations
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.storage import (
     Hop,
@@ -36,6 +34,7 @@ from amb_dspy.storage import (
     TaskKind,
     TaskStatus,
 )
+from amb_dspy.task.adapter import knowledge_text, recognition_text
 from amb_dspy.task.answering import (
     EXTRACTIVE_TERMINATION,
     FAST_TERMINATION,
@@ -43,9 +42,10 @@ from amb_dspy.task.answering import (
     answered_from_memory,
     last_answer,
 )
+from amb_dspy.task.executor import ExecutionResult, Executor, citations
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import revised
-from amb_dspy.tool_failures import note_tool_calls, tool_termination
+from amb_dspy.task.tool_failures import note_tool_calls, tool_termination
 
 __all__ = ["TaskLoop"]
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from amb_dspy.adapter import image_task
 from amb_dspy.agents import AgentError, ConflictNotification
 from amb_dspy.agents.fallback.planning import failed_plan
 from amb_dspy.config import AmbConfig
-from amb_dspy.executor import ToolCall
 from amb_dspy.longterm.run_memory import recall_for_task, remember_run
-from amb_dspy.memory_writer import node_info
+from amb_dspy.memory.writer import node_info
 from amb_dspy.storage import InsightDoc, QueryGraphNode
+from amb_dspy.task.adapter import image_task
+from amb_dspy.task.executor import ToolCall
 from amb_dspy.task.state import Conflict, revised
 
 __all__ = ["TaskMemory"]
@@ -30,7 +30,7 @@ class TaskMemory:
 
     def remember_calls(self, calls: list[ToolCall], metadata: dict[str, Any]) -> tuple[list[QueryGraphNode], str]:
         """Memory conversion of tool responses as one text; a later repeat of any of them is answered from
-        the entry that records them (see :mod:`amb_dspy.tool_cache`)."""
+        the entry that records them (see :mod:`amb_dspy.task.tool_cache`)."""
         converted = self.memory.convert_calls(self.state, calls, metadata)  # within max_convert_chars
         if converted.remembered is not None:
             self.tool_cache.recorded(calls, converted.remembered.entry_id)  # a repeat reads its response back here
@@ -88,7 +88,7 @@ class TaskMemory:
 
     def requeue(self, conflict: Conflict) -> None:
         """A conflict whose check failed goes back to the front of the queue, until the round cap."""
-        if conflict.round + 1 > self.config.max_merge_rounds:
+        if conflict.round + 1 > self.config.loops.max_merge_rounds:
             self.state.errors.append(f"conflict between {conflict.node_ids} left unresolved: round cap reached")
             return
         self.state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))

@@ -30,23 +30,23 @@ from typing import Any
 
 import dspy
 
-from amb_dspy.adapter import MemoryAdapter
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.executor import ExecutionResult, ToolCall, citations
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import AgentLMs, UsageMeter
-from amb_dspy.memory_writer import MemoryWriter
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.writer import MemoryWriter
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
+from amb_dspy.task.adapter import MemoryAdapter
+from amb_dspy.task.executor import ExecutionResult, ToolCall, citations
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
 from amb_dspy.task.journal import ToolJournal, keep_unasked
 from amb_dspy.task.memory import TaskMemory
 from amb_dspy.task.state import ProgressEvent, RunState, revised
+from amb_dspy.task.tool_cache import ToolCache
 from amb_dspy.task.worker import TaskWorker, serial
-from amb_dspy.tool_cache import ToolCache
 from amb_dspy.tools import DeepRetrievalTool
 
 __all__ = ["Observed", "TaskSession", "start_store"]
@@ -65,20 +65,22 @@ class TaskSession(TaskMemory):
                  images: ImageStager | None = None, namespace: str | None = None, state: RunState | None = None):
         self.config, self.agents, self.embedder, self.lms = config, agents, embedder, lms
         self.images = images
-        self.namespace = namespace or config.namespace
+        self.namespace = namespace or config.longterm.namespace
         self.progress = progress
         self.store = store
         self.state = state or RunState(doc_id=store.insight_doc.doc_id)
-        self.runner = AgentRunner(agents, lms, embedder, policy=config.policy, record=lambda: self.state,
+        self.runner = AgentRunner(agents, lms, embedder, policy=config.models.policy, record=lambda: self.state,
                                   task_goal=lambda: self.store.insight_doc.task_goal)
-        self.memory_adapter = MemoryAdapter(store, k=config.retrieval_k, alpha=config.retrieval_alpha,
-                                            view=config.memory_view, budget=config.memory_tokens)
+        self.memory_adapter = MemoryAdapter(store, k=config.retrieval.retrieval_k,
+                                            alpha=config.retrieval.retrieval_alpha,
+                                            view=config.view.memory_view, budget=config.view.memory_tokens)
         self.memory = MemoryWriter(store, config, self.runner, self.emit)
-        self.tool_cache = ToolCache(store, enabled=config.tool_cache, max_observation_chars=config.max_observation_chars)
+        self.tool_cache = ToolCache(store, enabled=config.tools.tool_cache,
+                                    max_observation_chars=config.tools.max_observation_chars)
         self.tool_journal: ToolJournal | None = None  # with a checkpoint: every tool response as it returns
         self._resumed_tools: dict[str, Any] = {}  # a resumed task's checkpoint record of its tools
         # The meter belongs to this task, not to its LMs, which other tasks may share.
-        self.meter = UsageMeter(max_calls=config.max_lm_calls)
+        self.meter = UsageMeter(max_calls=config.loops.max_lm_calls)
         self.worker = TaskWorker(self.task_id)
         self._new_nodes: list = []  # observed since the last plan
 
@@ -107,7 +109,7 @@ class TaskSession(TaskMemory):
         with what long-term memory recalls for the goal in ``<memory>``. ``shared``: the keyword
         arguments of the constructor but the store (config, agents, embedder, lms...)."""
         config = shared["config"]
-        goal = " ".join(checked_text("the goal", goal, config.max_context_bytes).split())
+        goal = " ".join(checked_text("the goal", goal, config.limits.max_context_bytes).split())
         if namespace is not None:
             checked_text("the namespace", namespace, MAX_NAME_CHARS)
         store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
@@ -119,9 +121,9 @@ class TaskSession(TaskMemory):
     def save(self, directory: str | Path | None = None) -> Path:
         """Write the task's checkpoint (default ``config.checkpoint_dir``), the tool responses the resumed
         task did not ask for again kept first (see :mod:`amb_dspy.task.checkpoint`)."""
-        if directory is None and self.config.checkpoint_dir is None:
+        if directory is None and self.config.paths.checkpoint_dir is None:
             raise InputError("no checkpoint folder: name one, or set checkpoint_dir (amb run --checkpoint DIR)")
-        directory = Path(directory or self.config.checkpoint_dir)
+        directory = Path(directory or self.config.paths.checkpoint_dir)
         first = not (directory / checkpoint.CHECKPOINT_FILE).exists()
         tools = None
         if self.tool_journal is not None:
@@ -139,8 +141,8 @@ class TaskSession(TaskMemory):
         notices: list[str] = []
         state, usage, store = checkpoint.read_checkpoint(directory, shared["embedder"], notices)
         config = config.model_copy(update={"checkpoint_dir": Path(directory)})
-        session = cls(store, config=config, state=state, images=ImageStager(config.temp_dir, config.storage_dir),
-                      **shared)
+        images = ImageStager(config.paths.temp_dir, config.paths.storage_dir)
+        session = cls(store, config=config, state=state, images=images, **shared)
         session._resumed_tools = checkpoint.read_tool_record(directory)
         session.meter.restore(usage)
         for notice in notices:
@@ -167,12 +169,12 @@ class TaskSession(TaskMemory):
 
     def wrap_tools(self, tools: list[dspy.Tool]) -> list[dspy.Tool]:
         """``tools`` answered from this task's tool cache and, when it checkpoints, journaled (a resumed task
-        replays the interrupted loop's calls): see :mod:`amb_dspy.tool_cache` and :mod:`amb_dspy.task.journal`."""
+        replays the interrupted loop's calls): see :mod:`amb_dspy.task.tool_cache` and :mod:`amb_dspy.task.journal`."""
         resumed, self._resumed_tools = self._resumed_tools, {}
         self.tool_cache.restore(resumed.get("cache", ()))
         self.tool_journal = None
-        if self.config.checkpoint_dir is not None:
-            self.tool_journal = ToolJournal(self.config.checkpoint_dir, replay_after=resumed.get("journal_lines"))
+        if self.config.paths.checkpoint_dir is not None:
+            self.tool_journal = ToolJournal(self.config.paths.checkpoint_dir, replay_after=resumed.get("journal_lines"))
             tools = [self.tool_journal.wrap(tool) for tool in tools]
         return [self.tool_cache.wrap(tool) for tool in tools]
 
@@ -193,7 +195,7 @@ class TaskSession(TaskMemory):
         arguments = {} if arguments is None else arguments
         if not isinstance(arguments, dict):
             raise InputError(f"the arguments must be an object (name: value), not {type(arguments).__name__}")
-        text = checked_text("the result", result, self.config.max_context_bytes)
+        text = checked_text("the result", result, self.config.limits.max_context_bytes)
         future = self.submit(functools.partial(self._observe, tool, dict(arguments), text))
         if wait:
             return future.result()
@@ -212,14 +214,16 @@ class TaskSession(TaskMemory):
             nodes = [n for n, entries in self.store.tree.node_to_entries.items() if entry_id in entries]
             return Observed(entry_id, nodes, repeat=True, message=repeat.full.split("\n", 1)[0])
         call = ToolCall(name=tool, args=dict(arguments), observation=text)
+        noticed = len(self.state.notices)
         with self.meter.counting():
             nodes, failure = self.remember_calls([call], self.tool_metadata([call], source="observed"))
+        said = "".join(f"; {notice}" for notice in self.state.notices[noticed:])  # e.g. what was kept raw, and why
         self._new_nodes.extend(nodes)
         entry_id = self.tool_cache.entry_of(tool, arguments)
         if entry_id is None:  # conversion failed: the raw text is kept in an entry of its own
             entry_id = next(e.entry_id for e in reversed(self.store.tree.entries.values()) if e.text == text)
         return Observed(entry_id, [n.id for n in nodes if n.id in self.store.graph], failure=failure,
-                        message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else ""))
+                        message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else "") + said)
 
     @serial
     def context(self, budget: int | None = None) -> str:
@@ -232,7 +236,7 @@ class TaskSession(TaskMemory):
     def deep_retrieval(self, node_id: str, sources_only: bool = False) -> str:
         """The raw record behind a node, as JSON (see :mod:`amb_dspy.tools.deep_retrieval`)."""
         node_id = checked_text("the node id", node_id, MAX_NAME_CHARS)
-        out = DeepRetrievalTool(self.store, self.config.storage_dir)(node_id, sources_only=sources_only)
+        out = DeepRetrievalTool(self.store, self.config.paths.storage_dir)(node_id, sources_only=sources_only)
         if out.startswith("Error:"):
             raise InputError(out[len("Error:"):].strip())
         return out
@@ -241,7 +245,7 @@ class TaskSession(TaskMemory):
     def plan(self, report: str = "") -> InsightDoc:
         """The planning agent judges the pending subtask (by ``report`` and what was observed since the last
         plan) and sets the next one, a conflict's cross-validation first; returns the Insight Doc."""
-        report = checked_text("the report", report, self.config.max_context_bytes, empty_ok=True)
+        report = checked_text("the report", report, self.config.limits.max_context_bytes, empty_ok=True)
         new_nodes, self._new_nodes = self._new_nodes, []
         with self.meter.counting():
             self.plan_step(new_nodes, report=report, failure="")
@@ -254,7 +258,7 @@ class TaskSession(TaskMemory):
         merges its conflicting nodes with ``answer`` as the evidence (the integration agent)."""
         if str(status).strip().lower() not in ("success", "failure"):
             raise InputError(f"the status must be success or failure, not {status!r}")
-        limit = self.config.max_context_bytes
+        limit = self.config.limits.max_context_bytes
         description = " ".join(checked_text("the description", description, limit, empty_ok=True).split())
         answer = checked_text("the answer", answer, limit, empty_ok=True).strip()
         doc = self.store.insight_doc
@@ -275,7 +279,7 @@ class TaskSession(TaskMemory):
     @serial
     def export(self, path: str | Path | None = None) -> Path:
         """Write the task's bank file (default ``STORAGE_DIR/sessions/<task id>.json``); returns its path."""
-        path = Path(path) if path else self.config.storage_dir / "sessions" / f"{self.task_id}.json"
+        path = Path(path) if path else self.config.paths.storage_dir / "sessions" / f"{self.task_id}.json"
         return self.store.export(path)  # another name when a larger bank is there (storage.bank_file)
 
     @serial
@@ -283,7 +287,7 @@ class TaskSession(TaskMemory):
         """End the task: its answer into long-term memory when ``remember`` (default ``config.remember``);
         every later request is refused. Returns the task's summary."""
         notices = []
-        if self.config.remember if remember is None else remember:
+        if self.config.longterm.remember if remember is None else remember:
             cited = [self.citation(i) for i in self.state.citations if i in self.store.graph]
             notices.extend(self.remember(self.state.answer, cited) or [f"remembered in namespace {self.namespace!r}"])
         self.worker.close()  # this request is the last one it runs

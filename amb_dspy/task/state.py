@@ -54,6 +54,8 @@ class IngestResult(BaseModel):
     fallbacks: dict[str, int]
     errors: list[str]
     seconds: float
+    added: bool = True  # False: the store held the same text already, nothing was added
+    replaced: bool = False  # a newer version of a document of the same name: the old one's nodes are superseded
 
 
 @dataclass
@@ -77,7 +79,7 @@ class RunState:
     fallbacks: dict[str, int] = field(default_factory=dict)
     answered_from_memory: bool = False  # the fast path's answer sufficed (amb_dspy.task.answering)
     extractive: bool = False  # the answer is the extractive policy's
-    tool_calls: int = 0  # searches and visits that reached their tool (amb_dspy.tool_failures)
+    tool_calls: int = 0  # searches and visits that reached their tool (amb_dspy.task.tool_failures)
     tool_failures: int = 0  # of which failed
 
 

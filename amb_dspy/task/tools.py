@@ -67,7 +67,7 @@ class ToolHost:
         is taken from the storage folder); InputError otherwise, before the file is even looked at."""
         if bank is None:
             return None
-        roots = [self.config.storage_dir.expanduser().resolve(),
+        roots = [self.config.paths.storage_dir.expanduser().resolve(),
                  *(Path(d).expanduser().resolve() for d in self.allowed_dirs)]
         path = Path(bank).expanduser()
         path = (path if path.is_absolute() else roots[0] / path).resolve()
@@ -93,7 +93,7 @@ class ToolHost:
             store.close()
 
     def namespace(self, namespace: str | None) -> str:
-        return self.config.namespace if namespace is None else namespace
+        return self.config.longterm.namespace if namespace is None else namespace
 
 
 def validation_line(name: str, error: ValidationError) -> str:
@@ -150,7 +150,7 @@ class MemoryTool:
                 checked = self.arguments.model_validate(arguments)
             except ValidationError as exc:
                 raise ToolFailure(validation_line(self.name, exc)) from None
-            _check_sizes(checked, target.config.max_context_bytes)
+            _check_sizes(checked, target.config.limits.max_context_bytes)
             result = self.function(target, **dict(checked))
             return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
 
@@ -188,7 +188,7 @@ def memory_tool(function: Callable[..., Any]) -> Callable[..., Any]:
 
 def export_path(session: TaskSession, name: str | None) -> Path:
     """Where a task's bank may be written: a file inside ``STORAGE_DIR/sessions`` only."""
-    root = (session.config.storage_dir / SESSIONS_FOLDER).expanduser().resolve()
+    root = (session.config.paths.storage_dir / SESSIONS_FOLDER).expanduser().resolve()
     path = (root / (name or f"{session.task_id}.json")).resolve()
     if not path.is_relative_to(root) or path == root:
         raise InputError(f"the export path must be a file inside {root}, not {name!r}")

@@ -47,7 +47,7 @@ from amb_dspy.tools.corpus_files import (
 from amb_dspy.tools.types import DEFAULT_K, SearchResult
 
 if TYPE_CHECKING:
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import ToolSettings
 
 # The corpus's error and document types are imported from here by its users.
 __all__ = ["CORPUS_SCHEME", "CorpusError", "Document", "LocalCorpus"]
@@ -104,10 +104,10 @@ class LocalCorpus:
         return cls(documents, embedder, alpha=alpha, source=str(path), passages=passages, vectors=vectors)
 
     @classmethod
-    def from_config(cls, config: AmbConfig, embedder: Embedder, **kwargs) -> LocalCorpus:
-        """The corpus at ``config.corpus``, cached under ``config.cache_dir`` unless ``corpus_cache`` is off."""
-        cache_dir = config.cache_dir if config.corpus_cache else None
-        return cls.load(config.corpus, embedder, cache_dir=cache_dir, **kwargs)
+    def from_config(cls, settings: ToolSettings, embedder: Embedder, *, cache_dir: Path, **kwargs) -> LocalCorpus:
+        """The corpus the tools' settings name (``settings.corpus``), cached under ``cache_dir`` (the paths
+        section's) unless ``settings.corpus_cache`` is off."""
+        return cls.load(settings.corpus, embedder, cache_dir=cache_dir if settings.corpus_cache else None, **kwargs)
 
     def __len__(self) -> int:
         return len(self.documents)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -57,8 +58,9 @@ def _markdown_title(text: str) -> str | None:
     return None
 
 
-def folder_files(root: Path, notify: Notify = notice) -> list[tuple[str, Path]]:
-    """A folder corpus's files as ``(id, path)``, sorted: .txt/.md/.html, hidden ones left out.
+def folder_files(root: Path, notify: Notify = notice, *,
+                 suffixes: Collection[str] = TEXT_SUFFIXES | HTML_SUFFIXES) -> list[tuple[str, Path]]:
+    """A folder corpus's files as ``(id, path)``, sorted: .txt/.md/.html (``suffixes``), hidden ones left out.
 
     A link that leads outside the folder (to ``/etc/passwd``, say) is skipped with a notice: a
     corpus holds what is inside its folder and nothing else.
@@ -69,7 +71,7 @@ def folder_files(root: Path, notify: Notify = notice) -> list[tuple[str, Path]]:
         relative = path.relative_to(root)
         if any(part.startswith(".") for part in relative.parts):
             continue
-        if path.suffix.lower() not in TEXT_SUFFIXES | HTML_SUFFIXES or not path.is_file():
+        if path.suffix.lower() not in suffixes or not path.is_file():
             continue
         if not path.resolve().is_relative_to(inside):
             notify(f"skipped corpus file {relative.as_posix()}: a link to a file outside the corpus folder")

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage.interaction_tree import Attachment, AttachmentType, InteractionEntry
 from amb_dspy.text import is_binary
 from amb_dspy.tools.text import html_to_text, truncate

@@ -18,7 +18,9 @@ from amb_dspy.tools.text import truncate
 from amb_dspy.tools.types import DEFAULT_K, SearchBackend, SearchError, SearchResult
 
 if TYPE_CHECKING:
-    from amb_dspy.config import AmbConfig
+    from pathlib import Path
+
+    from amb_dspy.config import ToolSettings
     from amb_dspy.retrieval.embedding import Embedder
 
 SERPER_ENDPOINT = "https://google.serper.dev/search"
@@ -73,12 +75,13 @@ class SerperSearch:
         return results
 
 
-def load_corpus(config: AmbConfig, embedder: Embedder) -> LocalCorpus | None:
-    """The local corpus at ``config.corpus`` (None when there is none); :class:`CorpusError` if it cannot be loaded."""
-    return LocalCorpus.from_config(config, embedder) if config.corpus is not None else None
+def load_corpus(settings: ToolSettings, embedder: Embedder, *, cache_dir: Path) -> LocalCorpus | None:
+    """The local corpus the tools' settings name (``settings.corpus``; None when there is none), cached under
+    ``cache_dir`` (``config.paths.cache_dir``); :class:`CorpusError` if it cannot be loaded."""
+    return LocalCorpus.from_config(settings, embedder, cache_dir=cache_dir) if settings.corpus is not None else None
 
 
-def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) -> SearchBackend | None:
+def make_search_backend(settings: ToolSettings, corpus: LocalCorpus | None = None) -> SearchBackend | None:
     """The one place that decides what ``search`` searches.
 
     A local corpus when one is given (``corpus``, loaded with :func:`load_corpus`), even with
@@ -88,8 +91,8 @@ def make_search_backend(config: AmbConfig, corpus: LocalCorpus | None = None) ->
     """
     if corpus is not None:
         return corpus
-    if config.serper_api_key:
-        return SerperSearch(config.serper_api_key, timeout=config.http_timeout_s)
+    if settings.serper_api_key:
+        return SerperSearch(settings.serper_api_key, timeout=settings.http_timeout_s)
     return None
 
 

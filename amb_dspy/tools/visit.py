@@ -27,7 +27,7 @@ from amb_dspy.tools.netguard import FetchGuard, ResolutionTimeout, URLRefused, c
 from amb_dspy.tools.text import html_to_text, normalize_whitespace, select_for_goal, truncate
 
 if TYPE_CHECKING:
-    from amb_dspy.config import AmbConfig
+    from amb_dspy.config import ToolSettings
     from amb_dspy.tools.corpus import LocalCorpus
 
 JINA_ENDPOINT = "https://r.jina.ai/"
@@ -95,7 +95,8 @@ class VisitTool:
     """``visit(url, goal) -> str``: the goal-relevant content of a page, or one ``Error:`` line.
 
     Args:
-        config: timeouts (``http_timeout_s``), caps (``visit_max_chars``) and ``jina_api_key``.
+        settings: the tools' section of the settings (``config.tools``): timeouts (``http_timeout_s``), caps
+            (``visit_max_chars``), ``jina_api_key`` and ``allow_private_urls``.
         corpus: the local corpus, whose documents are served without any network.
         extractor: the goal extractor (a :class:`GoalExtractor` unless given; any callable
             ``(content=..., goal=...)`` returning an object with ``evidence`` and ``summary``).
@@ -107,22 +108,21 @@ class VisitTool:
         jina_endpoint: Jina Reader's base URL (the page URL is appended to it).
     """
 
-    def __init__(self, config: AmbConfig, corpus: LocalCorpus | None = None, extractor=None, *,
+    def __init__(self, settings: ToolSettings, corpus: LocalCorpus | None = None, extractor=None, *,
                  direct_chars: int = 2500, extract_chars: int = 12_000, fallback_chars: int = 4_000,
                  max_download_bytes: int | None = None, jina_endpoint: str = JINA_ENDPOINT,
                  session: requests.Session | None = None):
-        self.config = config
         self.corpus = corpus
         self.extractor = extractor if extractor is not None else GoalExtractor()
         self.direct_chars = direct_chars
         self.extract_chars = extract_chars
         self.fallback_chars = fallback_chars
-        self.max_chars = config.visit_max_chars
-        self.max_download_bytes = max_download_bytes or 4 * config.visit_max_chars
-        self.timeout = config.http_timeout_s
-        self.jina_api_key = config.jina_api_key
+        self.max_chars = settings.visit_max_chars
+        self.max_download_bytes = max_download_bytes or 4 * settings.visit_max_chars
+        self.timeout = settings.http_timeout_s
+        self.jina_api_key = settings.jina_api_key
         self.jina_endpoint = jina_endpoint
-        self.allow_private = config.allow_private_urls
+        self.allow_private = settings.allow_private_urls
         self.session = guarded_session(session)
 
     # --- the tool ----------------------------------------------------------------------------

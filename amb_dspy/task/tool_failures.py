@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from amb_dspy.executor import ToolCall
+from amb_dspy.task.executor import ToolCall
 from amb_dspy.task.state import RunState
 
 # The tools that fetch sources; deep_retrieval reads memory back, finish ends a ReAct loop.

@@ -87,7 +87,7 @@ def _recorded(tool: dspy.Tool, calls: list[ToolCall]) -> dspy.Tool:
     def call(**kwargs: Any) -> Any:
         try:
             observation = func(**kwargs)
-        except Exception as exc:  # ReAct shows the LM the error; the run counts it (amb_dspy.tool_failures)
+        except Exception as exc:  # ReAct shows the LM the error; the run counts it (amb_dspy.task.tool_failures)
             calls.append(ToolCall(name=tool.name, args=dict(kwargs),
                                   observation=f"Execution error in {tool.name}: {type(exc).__name__}: {one_line(exc)}"))
             raise

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import dspy
 
 from amb_dspy.agents.chunking import estimate_tokens
-from amb_dspy.graph_ops import MemoryStore
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.keyword import words
 from amb_dspy.tools.observation import Observation, cap_observation, full_text
 

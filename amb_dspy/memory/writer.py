@@ -8,19 +8,21 @@ carries the conflict queue and the errors, and every agent is called through the
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from amb_dspy.adapter import knowledge_text, validation_text
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
-from amb_dspy.conversion_budget import budget_observation
-from amb_dspy.executor import ExecutionResult, ToolCall
-from amb_dspy.graph_ops import MemoryStore
 from amb_dspy.lm import LMCallCapReached
+from amb_dspy.memory.conversion_budget import budget_observation
+from amb_dspy.memory.dates import resolve_dates
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
+from amb_dspy.task.adapter import knowledge_text, validation_text
+from amb_dspy.task.executor import ExecutionResult, ToolCall
 from amb_dspy.task.state import MAX_VALIDATION_CHARS, Conflict, RunState
 
 
@@ -83,12 +85,44 @@ class MemoryWriter:
                                     spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
         return Conversion(nodes, self._analyse_new(state, nodes), entry)
 
+    def add_document(self, state: RunState, text: str, name: str, date: str = "") -> Conversion | None:
+        """Add one document to the store, new or already holding others: its own interaction entry (its
+        ``name``, its ``date`` when given, its content hash), its nodes related by analysis to those already
+        there (:meth:`convert`). None, and nothing changed, when the store holds an entry with the same
+        content: re-adding an unchanged document is a no-op.
+
+        A document of the same ``name`` with other content is an older version: the new entry names it
+        (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
+        superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        known, previous = self.store.entry_with_hash(digest), self._document_named(name)
+        # the same text is a no-op, unless it is an older version of this document brought back (a reverted note)
+        if known is not None and not (previous is not None and previous.metadata["sha256"] != digest
+                                      and known.metadata.get("name") == name):
+            return None
+        # relative dates resolved once, at ingest, against each line's stamp (amb_dspy.memory.dates), else the date given
+        metadata: dict[str, Any] = {"source": "user_context", "name": name, "sha256": digest,
+                                    "dates": [list(d) for d in resolve_dates(text, date)]}
+        if date:
+            metadata["date"] = date
+        if previous is not None:
+            metadata["supersedes"] = previous.entry_id
+        conversion = self.convert(state, text, metadata)
+        if previous is not None and conversion.remembered is not None:
+            self.store.supersede(previous.entry_id, conversion.remembered.entry_id)
+        return conversion
+
+    def _document_named(self, name: str) -> InteractionEntry | None:
+        """The newest version of the document called ``name`` in the store (an entry with a content hash)."""
+        return next((entry for entry in reversed(self.store.tree.entries.values())
+                     if entry.metadata.get("name") == name and "sha256" in entry.metadata), None)
+
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
         outside agents' observations alike.
 
         Each response is read within ``config.max_convert_chars`` and without its lines that are not
-        language (:mod:`amb_dspy.conversion_budget`). When that leaves anything out, the whole text is kept
+        language (:mod:`amb_dspy.memory.conversion_budget`). When that leaves anything out, the whole text is kept
         raw as an entry of its own, saying why (a notice of the run), and only the part read is converted,
         into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
         holding the whole text, so a repeated call is answered from it.
@@ -96,7 +130,7 @@ class MemoryWriter:
         text = knowledge_text(calls)
         doc = self.store.insight_doc
         goal = f"{doc.task_goal} {doc.current_task or ''}"
-        budgeted = [budget_observation(c.observation, goal, self.config.max_convert_chars) for c in calls]
+        budgeted = [budget_observation(c.observation, goal, self.config.tools.max_convert_chars) for c in calls]
         notice = "; ".join(dict.fromkeys(b.notice for b in budgeted if b.notice))
         if not notice:
             return self.convert(state, text, metadata)
@@ -124,7 +158,7 @@ class MemoryWriter:
         the verdicts on the nodes before it left: its candidates' rewritten contexts and their new
         neighbours."""
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        if self.config.ingest_analysis == "ordered" or self.config.policy == "heuristic":
+        if self.config.agents.ingest_analysis == "ordered" or self.config.models.policy == "heuristic":
             failure = ""
             for node, exclude in zip(nodes, exclusions):
                 failure = self.analyse(state, node, exclude) or failure
@@ -150,7 +184,8 @@ class MemoryWriter:
         return {"new_node": node.model_copy(update={"id": None}), "candidates": candidates}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
-        return self.store.retrieve_for_node(node.id, k=self.config.retrieval_k, alpha=self.config.retrieval_alpha,
+        retrieval = self.config.retrieval
+        return self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
                                             exclude=exclude)
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str,
@@ -176,7 +211,7 @@ class MemoryWriter:
             if other not in self.store.graph or other == node.id:
                 continue
             if rel.relationship == "conflict":
-                if round >= self.config.max_merge_rounds:
+                if round >= self.config.loops.max_merge_rounds:
                     state.errors.append(f"conflict between {node.id} and {other} left unresolved: merge round cap reached")
                     continue
                 state.conflicts.append(Conflict([node.id, other], rel.conflict_description or rel.reasoning, round))

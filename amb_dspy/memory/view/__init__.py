@@ -37,10 +37,23 @@ line that shares only a bridge name with the first still ranks. Besides:
   (:func:`~amb_dspy.retrieval.line_ranking.interleave`), so that the graph's additions never push out every
   line that plain retrieval would have shown.
 
+A question's cost follows the question, not the bank: only *candidate* lines are scored and ranked
+(``MemoryView._candidates``): the ``candidates`` best lines by their own score (the lines' BM25 and FAISS
+indexes, :meth:`~amb_dspy.retrieval.hybrid.HybridIndex.rank`), the lines just before and after them, the
+``candidates`` lines the spreading reaches most, the lines of the ``k`` best nodes and of their one hop, and the
+lines under a heading that a seed line names -- every line that any term of the sum can lift near the top.
+Their scores are exact (:meth:`~amb_dspy.retrieval.hybrid.HybridIndex.scores_of`), so the block is the one a
+ranking of every line would give wherever the budget is spent within the candidates (``tests/test_bank_grows.py``
+checks it on a real bank). The lines are laid out and indexed as nodes arrive
+(:class:`~amb_dspy.memory.view.line_index.LineIndex`); the summary view still ranks every line.
+
 The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
-their relative dates resolved (:mod:`amb_dspy.dates`; ``metadata["dates"]`` of the entry when ingest
+their relative dates resolved (:mod:`amb_dspy.memory.dates`; ``metadata["dates"]`` of the entry when ingest
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.
+
+Both views leave out the nodes of a document's superseded versions (:meth:`MemoryStore.current`): an old
+version is shown only when nothing current is among the candidates.
 
 The summary view shows a node's summary when it fits; when it does not, the node's topic and its
 ``summary_lines`` best lines for the question, so that no view comes back empty at a small budget.
@@ -52,53 +65,44 @@ still fit) and say which nodes and spans they showed, for provenance-based recal
 
 from __future__ import annotations
 
-import bisect
 import functools
 import os
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
 from amb_dspy.agents.chunking import estimate_tokens
-from amb_dspy.dates import resolve_dates, stamp_of
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.memory.dates import resolve_dates
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view.line_index import LineIndex
+from amb_dspy.memory.view.lines import (
+    LINE_TOKENS,
+    Evidence,
+    day_stamp,
+    heading_of,
+    is_heading,
+    label_of,
+    speaker_of,
+)
 from amb_dspy.retrieval.keyword import once_per_term, terms, words
-from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
-from amb_dspy.retrieval.spreading import SpreadingGraph
+from amb_dspy.retrieval.line_ranking import best_first, interleave
 from amb_dspy.storage import QueryGraphNode
-from amb_dspy.text import paragraph_starts, split_sentences
+
+__all__ = ["VIEWS", "Evidence", "MemoryView", "day_stamp", "format_node", "heading_of", "is_heading", "label_of",
+           "short_ids", "speaker_of"]
 
 VIEWS = ("summary", "evidence")
-_TIME_OF_DAY = re.compile(r"^\d{1,2}[:.]\d{2}\s*(?:[ap]\.?m\.?)?\s*(?:on\s+)?", re.IGNORECASE)
-_LABEL = re.compile(r"^\s*(?:\[[^\]\n]{1,60}\]\s*)?(?:[A-Z][\w.'-]*(?: [A-Z][\w.'-]*){0,3}:(?=\s))?")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).
-LINE_TOKENS = 60  # a longer line (a long turn, a paragraph) is shown sentence by sentence
 NODE_WEIGHT, HOP_WEIGHT, CONTEXT_WEIGHT = 0.3, 0.5, 0.5
 SPREAD_WEIGHT = 0.3
 SPREAD_SEEDS = 3  # the best lines whose terms seed the spreading, beside the question's terms
 SUMMARY_LINES = 3
 FLAT_SHARE = 0.3  # of the ranking, interleaved: the lines' own scores, before the graph's additions
 ASK_WEIGHT = 0.5  # a question's own score counts half: the turn after it (context_weight) holds the answer
-HEADING_TOKENS = 15  # a line this short with no closing punctuation, over a text line, is a heading
-_CLOSED = re.compile(r"[.!?,:;\"'\]\u201d\u2019]\s*$")  # not ")": "Ed Wood (film)" is a title
 BRIDGE_WEIGHT = 1.0  # x the best score of a top line that names the heading over a line's paragraph
 OTHER_WEIGHT = 0.7  # a line said by someone other than the one speaker a question names (dialogues)
+CANDIDATES = 200  # the lines a question ranks, besides: the best by their own score (BM25 and FAISS over lines)
 SHORT_ID = 6  # the shortest id prefix shown: the executor resolves prefixes of six or more characters
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """One raw line of an interaction entry that a node was built from."""
-
-    entry_id: str
-    start: int
-    end: int
-    text: str
-    node_id: str
-    score: float = 0.0
 
 
 def format_node(node: QueryGraphNode, number: int, node_id: str = "") -> str:
@@ -125,13 +129,6 @@ def _header_cost(node_id: str, count: Callable[[str], int]) -> int:
     return count(_header(_dearest_id(node_id))) + 2
 
 
-def day_stamp(line: str) -> str:
-    """The line's date stamp as shown, without a time of day ("1:56 pm on 8 May, 2023" -> "8 May, 2023"): a
-    date is what questions ask, and a stamp costs 19 tokens with its time and 11 without."""
-    stamp = stamp_of(line)
-    return _TIME_OF_DAY.sub("", stamp) or stamp
-
-
 def short_ids(ids: list[str], least: int = SHORT_ID) -> dict[str, str]:
     """Each id's shortest prefix of at least ``least`` characters that no other id starts with."""
     ordered = sorted(ids)
@@ -141,83 +138,6 @@ def short_ids(ids: list[str], least: int = SHORT_ID) -> dict[str, str]:
                       if other != node_id), default=0)
         short[node_id] = node_id[:max(least, shared + 1)]
     return short
-
-
-def label_of(line: str) -> str:
-    """What a line says of itself before its content: its date stamp and speaker ("[8 May, 2023] Caroline:")."""
-    match = _LABEL.match(line)
-    return match.group(0).strip() if match else ""
-
-
-def speaker_of(line: str) -> str:
-    """Who says the line, lower-case ("[8 May, 2023] Caroline: Hi" -> "caroline"; "" when no one is named)."""
-    label = label_of(line)
-    return label[label.find("]") + 1:].strip().rstrip(":").lower()
-
-
-def _line_at(text: str, start: int) -> str:
-    end = text.find("\n", start)
-    return text[start:] if end < 0 else text[start:end]
-
-
-def _short_unclosed(line: str, count: Callable[[str], int]) -> bool:
-    return count(line) <= HEADING_TOKENS and not _CLOSED.search(line)
-
-
-def is_heading(line: str, following: str, count: Callable[[str], int] = estimate_tokens) -> bool:
-    """Whether ``line`` titles the text right under it ("Ed Wood (film)" over its article): short, with no closing
-    punctuation, no date stamp or speaker, over a ``following`` line of text (not another short one: the lines
-    of a list, "flour" over "sugar", are no headings)."""
-    return (_short_unclosed(line, count) and not label_of(line) and bool(following.strip())
-            and not _short_unclosed(following, count))
-
-
-@functools.lru_cache(maxsize=16)
-def _paragraph_starts(text: str) -> list[int]:
-    """Where each paragraph (blank-line separated) of ``text`` begins, in order: found once per text, not once per
-    line (a long entry has thousands of lines)."""
-    return paragraph_starts(text)
-
-
-def _opens_paragraph(text: str, line_start: int) -> bool:
-    starts = _paragraph_starts(text)
-    at = bisect.bisect_left(starts, line_start)
-    return at < len(starts) and starts[at] == line_start
-
-
-def _heading_at(text: str, first: int, count: Callable[[str], int]) -> str:
-    """The heading that opens the paragraph beginning at ``first`` ("" when its first line is none)."""
-    line = _line_at(text, first)
-    return line.strip() if is_heading(line, _line_at(text, first + len(line) + 1), count) else ""
-
-
-def heading_of(text: str, line_start: int, count: Callable[[str], int] = estimate_tokens) -> str:
-    """The heading of the paragraph (blank-line separated) whose line begins at ``line_start``; "" when its first
-    line is no heading, or is that line."""
-    starts = _paragraph_starts(text)
-    first = starts[bisect.bisect_right(starts, line_start) - 1]
-    return _heading_at(text, first, count) if first < line_start else ""
-
-
-def _pieces(text: str, start: int, end: int, count: Callable[[str], int], line_tokens: int = LINE_TOKENS):
-    """``(start, end, line_start)`` of the non-empty lines of ``text`` that the span ``[start, end)`` touches (whole lines:
-    a span may begin or end inside one), long lines cut at sentence ends; a heading is no line of its own (its
-    words index the lines under it: :func:`heading_of`)."""
-    start = text.rfind("\n", 0, start) + 1
-    end = len(text) if (cut := text.find("\n", max(end - 1, start))) < 0 else cut
-    position = start
-    for line in text[start:end].split("\n"):
-        line_start, position = position, position + len(line) + 1
-        if not line.strip() or (_opens_paragraph(text, line_start) and _heading_at(text, line_start, count)):
-            continue
-        if count(line) <= line_tokens:
-            yield line_start, line_start + len(line), line_start
-            continue
-        offset = 0
-        for sentence in split_sentences(line):  # pieces in order, each with its trailing whitespace
-            if sentence.strip():
-                yield line_start + offset, line_start + offset + len(sentence.rstrip()), line_start
-            offset += len(sentence)
 
 
 def _scored(line: Evidence, score: float) -> Evidence:
@@ -232,7 +152,8 @@ class MemoryView:
                  node_weight: float = NODE_WEIGHT, hop_weight: float = HOP_WEIGHT, context_weight: float = CONTEXT_WEIGHT,
                  spread_weight: float = SPREAD_WEIGHT, spread_seeds: int = SPREAD_SEEDS, summary_lines: int = SUMMARY_LINES,
                  line_tokens: int = LINE_TOKENS, flat_share: float = FLAT_SHARE, ask_weight: float = ASK_WEIGHT,
-                 other_weight: float = OTHER_WEIGHT, bridge_weight: float = BRIDGE_WEIGHT, count: Callable[[str], int] = estimate_tokens):
+                 other_weight: float = OTHER_WEIGHT, bridge_weight: float = BRIDGE_WEIGHT, candidates: int = CANDIDATES,
+                 count: Callable[[str], int] = estimate_tokens):
         if view not in VIEWS:
             raise ValueError(f"unknown memory view {view!r}: choose one of {', '.join(VIEWS)}")
         self.store, self.view, self.k, self.alpha = store, view, k, alpha
@@ -242,9 +163,9 @@ class MemoryView:
         self.context_weight, self.spread_weight, self.summary_lines = context_weight, spread_weight, summary_lines
         self.spread_seeds, self.flat_share, self.ask_weight = spread_seeds, flat_share, ask_weight
         self.other_weight, self.bridge_weight = other_weight, bridge_weight
-        self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept while the graph grows
-        # (graph signature, lines, their index, the spreading graph, the lines' table), rebuilt when the graph changes
-        self._lines: tuple = (None, [], None, None, None)
+        self.candidates = candidates
+        self.line_index = LineIndex(store, self.count, line_tokens)
+        self._short: tuple = (None, {})  # (the store's revision, the nodes' short ids)
         self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
         # (entry id, start, end) -> the line as shown, and (its stamp, its cost without, the stamp's cost)
         self._dated: dict[tuple[str, int, int], str] = {}
@@ -261,50 +182,6 @@ class MemoryView:
                 scores[neighbour] = max(scores.get(neighbour, 0.0), self.hop_weight * score)
         return scores
 
-    def _line_index(self) -> tuple[list[Evidence], HybridIndex | None, SpreadingGraph | None, LineTable | None]:
-        """The source lines of every node (each line once, with the first node that holds it), their index,
-        the graph the ranking spreads over, and the lines' table (both know every node that holds a line)."""
-        signature = tuple((node.id, tuple(node.sources), tuple(sorted(node.links)), tuple(node.keywords))
-                          for node in self.store.graph.nodes_dict.values())
-        if self._lines[0] == signature:
-            return self._lines[1:]
-        entries, position, lines, holders, indexed, speakers, headings = self.store.tree.entries, {}, [], [], [], [], []
-        for node in self.store.graph.nodes_dict.values():
-            for source in node.sources:
-                text = entries[source.entry_id].text
-                for span in source.spans:
-                    for start, end, line_start in _pieces(text, *span, self.count, self.line_tokens):
-                        key = (source.entry_id, start, end)
-                        if key not in position:
-                            position[key] = len(lines)
-                            lines.append(Evidence(source.entry_id, start, end, text[start:end], node.id))
-                            # a long line's later sentences are found by its stamp and speaker too, a paragraph's
-                            # lines by its heading
-                            heading = heading_of(text, line_start, self.count)
-                            headings.append(heading)
-                            label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
-                            indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
-                            speakers.append(speaker_of(text[line_start:end]))
-                            holders.append([])
-                        holders[position[key]].append(node.id)
-        new = list(dict.fromkeys(line.text for line in lines if line.text not in self._vectors))
-        if new:
-            self._vectors.update(zip(new, self.store.embedder.embed(new)))
-        index = spreading = table = None
-        if lines:
-            index = HybridIndex(self.store.embedder.dim)
-            index.add_many([str(i) for i in range(len(lines))], indexed, np.stack([self._vectors[line.text] for line in lines]))
-            nodes = list(self.store.graph.nodes_dict.values())
-            number = {node.id: i for i, node in enumerate(nodes)}
-            links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
-            numbered = [[number[n] for n in held] for held in holders]
-            spreading = SpreadingGraph([terms(line.text) for line in lines], numbered,
-                                       [terms(" ".join(node.keywords)) for node in nodes], links)
-            table = LineTable.build([(line.entry_id, line.start) for line in lines], numbered, [line.text for line in lines],
-                                    speakers, headings)
-        self._lines = (signature, lines, index, spreading, table)
-        return lines, index, spreading, table
-
     def ranked_nodes(self, query: str, vector: np.ndarray | None = None) -> list[QueryGraphNode]:
         """All nodes, best first by :meth:`node_scores` (a top node's neighbours follow it in the ranking)."""
         if len(self.store.graph) == 0:
@@ -312,35 +189,74 @@ class MemoryView:
         vector = self.store.embedder.embed([query])[0] if vector is None else vector
         scores = self.node_scores(query, vector)
         order = {node_id: i for i, node_id in enumerate(self.store.graph.nodes_dict)}  # ids are random: ties by age
-        return [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
+        ranked = [self.store.graph.node(n) for n in sorted(scores, key=lambda n: (-scores[n], order[n]))]
+        return self.store.current(ranked, lambda node: node.id)  # a superseded version only when nothing else
 
-    def ranked_evidence(self, query: str) -> list[Evidence]:
-        """Every source line, best first by ``line score (x ask_weight for a question) + node_weight x node score
-        + context_weight x best neighbour's score + spread_weight x its share of the spreading``; with
-        ``flat_share``, that ranking interleaved with the lines' own scores' (a share of the block for them)."""
-        lines, index, spreading, table = self._line_index()
-        if index is None:
+    def ranked_evidence(self, query: str, every_line: bool = False) -> list[Evidence]:
+        """The candidate lines (:meth:`_candidates`; ``every_line``: all of them), best first by ``line score
+        (x ask_weight for a question) + node_weight x node score + context_weight x best neighbour's score +
+        spread_weight x its share of the spreading``; with ``flat_share``, that ranking interleaved with the
+        lines' own scores' (a share of the block for them)."""
+        lines = self.line_index.refresh()
+        if not lines:
             return []
-        vector = self.store.embedder.embed([query])[0]
-        node_scores = self.node_scores(query, vector)
-        nodes = np.array([node_scores.get(node_id, 0.0) for node_id in self.store.graph.nodes_dict])
+        vector, asked = self.store.embedder.embed([query])[0], once_per_term(query)
+        spreading, table, number = self.line_index.tables()
+        top = self.line_index.index.rank(vector, asked, k=len(lines) if every_line else self.candidates, alpha=self.alpha)
+        best = np.array(sorted(int(key) for key, _ in top), dtype=np.int64)
         own = np.zeros(len(lines))
-        asked = once_per_term(query)
-        for key, score in index.rank(vector, asked, k=len(lines), alpha=self.alpha):
-            own[int(key)] = score
+        own[[int(key) for key, _ in top]] = [score for _, score in top]
         # a question about one speaker is answered by that speaker's own lines: the others' count other_weight
         speaker = np.where(table.said_by_others(set(words(query))), self.other_weight, 1.0)
         # the lines' own order (the block's flat share, the spreading's seeds) weighs a question's line as the sum does
-        plain = best_first(table.asked(own * speaker, self.ask_weight))
-        seeds = {int(i): float(own[i]) for i in plain[:self.spread_seeds]}
+        seeds = {int(i): float(own[i]) for i in best[best_first(table.asked(own * speaker, self.ask_weight)[best])][:self.spread_seeds]}
         spread = spreading.spread(terms(" ".join(asked)), seeds) if self.spread_weight else np.zeros(len(lines))
+        bridged = table.bridged(seeds)
+        chosen = best if every_line else self._candidates(best, spread, bridged, table, vector, asked)
+        self._own_beside(chosen, own, best, table, vector, asked)
+        nodes = self._held_scores(chosen, number, vector, asked)
         scores = table.scores(own, nodes, spread, node_weight=self.node_weight, context_weight=self.context_weight,
                               spread_weight=self.spread_weight, ask_weight=self.ask_weight)
-        scores = speaker * (scores + self.bridge_weight * table.bridged(seeds))
-        order = best_first(scores).tolist()
+        scores = speaker * (scores + self.bridge_weight * bridged)
+        order = chosen[best_first(scores[chosen])].tolist()
         if self.flat_share:
+            plain = chosen[best_first(table.asked(own * speaker, self.ask_weight)[chosen])]
             order = interleave(plain.tolist(), order, self.flat_share)
-        return [_scored(lines[i], float(scores[i])) for i in order]
+        # a superseded version's lines only when no current one is a candidate (MemoryStore.current)
+        return self.store.current([_scored(lines[i], float(scores[i])) for i in order], lambda line: line.node_id)
+
+    def _candidates(self, best: np.ndarray, spread: np.ndarray, bridged: np.ndarray, table, vector, asked) -> np.ndarray:
+        """The lines worth ranking, in line order: ``best`` (the best by their own score), the lines just before
+        and after them (their context share), the ``candidates`` lines the spreading reaches most, the lines of
+        the best nodes and of their one hop (their node share), and the lines under a heading that a seed line
+        names."""
+        reach = np.argpartition(-spread, self.candidates)[:self.candidates] if len(spread) > self.candidates else np.arange(len(spread))
+        nodes = [node for node, _ in self.store.index.rank(vector, asked, k=self.k, alpha=self.alpha)]
+        nodes += [other for node in nodes for other in self.store.graph.node(node).links]
+        held = [i for node in dict.fromkeys(nodes) for i in self.line_index.lines_of.get(node, ())]
+        chosen = np.unique(np.concatenate([best, reach, table.before[best], table.after[best], np.flatnonzero(bridged),
+                                           np.array(held, dtype=np.int64)]))
+        return chosen[chosen >= 0]
+
+    def _own_beside(self, chosen: np.ndarray, own: np.ndarray, best: np.ndarray, table, vector, asked) -> None:
+        """Fill in ``own`` the exact own scores of the chosen lines and of the lines beside them, where the
+        index's top (``best``) did not give them."""
+        beside = np.concatenate([chosen, table.before[chosen], table.after[chosen]])
+        missing = np.setdiff1d(beside[beside >= 0], best)
+        if len(missing):
+            own[missing] = self.line_index.index.scores_of(vector, asked, [str(i) for i in missing], self.alpha)
+
+    def _held_scores(self, chosen: np.ndarray, number: dict[str, int], vector, asked) -> np.ndarray:
+        """Per node (by number), its score as :meth:`node_scores` gives it, for the nodes that hold a chosen
+        line (0 for the others: no chosen line reads them)."""
+        graph, held = self.store.graph, {n for i in chosen.tolist() for n in self.line_index.holders[i]}
+        wanted = list(held | {other for n in held for other in graph.node(n).links})
+        own = dict(zip(wanted, self.store.index.scores_of(vector, asked, wanted, self.alpha).tolist()))
+        nodes = np.zeros(len(number))
+        for node_id in held:
+            hop = max((own[other] for other in graph.node(node_id).links), default=0.0)
+            nodes[number[node_id]] = max(own[node_id], self.hop_weight * hop)
+        return nodes
 
     # --- showing lines ----------------------------------------------------------------------
     def _dates_of(self, entry_id: str) -> list[tuple[int, int, str]]:
@@ -416,10 +332,10 @@ class MemoryView:
         the nodes shown with their summary, and the lines shown for the others."""
         ranked = self.ranked_nodes(query)
         lines_by_node: dict[str, list[Evidence]] = {}
-        for line in self.ranked_evidence(query) if ranked else []:
+        for line in self.ranked_evidence(query, every_line=True) if ranked else []:
             lines_by_node.setdefault(line.node_id, []).append(line)
         parts, whole, shown_lines, used = [], [], [], 0
-        short = short_ids(list(self.store.graph.nodes_dict))
+        short = self._short_ids()
         for node in ranked:
             number, node_id = len(parts) + 1, short[node.id]
             text = format_node(node, number, node_id)
@@ -442,10 +358,17 @@ class MemoryView:
             used += self.count(text) + 2 + id_cost
         return "\n\n".join(parts), whole, shown_lines
 
+    def _short_ids(self) -> dict[str, str]:
+        """:func:`short_ids` of the store's nodes, worked out once per change of the store."""
+        revision = (self.store.revision, len(self.store.graph))
+        if self._short[0] != revision:
+            self._short = (revision, short_ids(list(self.store.graph.nodes_dict)))
+        return self._short[1]
+
     def evidence_block(self, query: str, budget: int) -> tuple[str, list[Evidence]]:
         """Raw source lines in rank order, as many as fit in ``budget`` tokens, grouped under a header per node
         (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
-        short = short_ids(list(self.store.graph.nodes_dict))
+        short = self._short_ids()
         ranked = self.ranked_evidence(query)
         shown = self._fill(ranked, budget, functools.cache(lambda node_id: _header_cost(short[node_id], self.count)))
         while True:

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from amb_dspy.errors import InputError
-from amb_dspy.executor import ExecutionResult, ToolCall
-from amb_dspy.graph_ops import MemoryStore
-from amb_dspy.memory_view import MemoryView
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view import MemoryView
 from amb_dspy.storage import InsightDoc, PendingTask, QueryGraphNode, TaskKind
+from amb_dspy.task.executor import ExecutionResult, ToolCall
 
 IMAGE_TASK_PREFIX = "Recognise the attached image"  # the wording; the kind is the task's own
 NO_MEMORY = "No related memory yet."
@@ -84,7 +84,7 @@ def validation_text(result: ExecutionResult) -> str:
 
 
 class MemoryAdapter:
-    """``<memory>`` in one of :mod:`amb_dspy.memory_view`'s views, at most ``budget`` tokens: ``view="evidence"``
+    """``<memory>`` in one of :mod:`amb_dspy.memory.view`'s views, at most ``budget`` tokens: ``view="evidence"``
     the raw source lines ranked through the graph, ``"summary"`` the spec's node blocks (a node whose summary does
     not fit shows its topic and best lines)."""
 

@@ -47,6 +47,8 @@ class MemoryStore:
         self.hops: list[Hop] = []  # the task's executed subtasks (amb_dspy.storage.hops)
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
+        self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
+        self._superseded: tuple[int, frozenset[str]] = (-1, frozenset())  # (revision, the superseded nodes' ids)
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -66,6 +68,7 @@ class MemoryStore:
             raise
         finally:
             self._undo = None
+            self.revision += 1
 
     def _did(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
@@ -207,6 +210,38 @@ class MemoryStore:
                     self._add_source(node_id, Source(entry_id=entry.entry_id, spans=own))
         return entry
 
+    def entry_with_hash(self, digest: str) -> InteractionEntry | None:
+        """The entry whose text has the content hash ``digest`` (``metadata["sha256"]``, recorded when a
+        document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
+        return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
+
+    def supersede(self, old_entry_id: str, new_entry_id: str) -> list[str]:
+        """Mark ``superseded_by`` the newer version ``new_entry_id`` the nodes built from ``old_entry_id`` and its own
+        older versions alone (``metadata["supersedes"]``); both stay, readers prefer :meth:`current`. Returns them."""
+        chain, entry = set(), self.tree.entries.get(old_entry_id)
+        while entry is not None and entry.entry_id not in chain:
+            chain.add(entry.entry_id)
+            entry = self.tree.entries.get(entry.metadata.get("supersedes", ""))
+        marked = [node for node in self.graph.nodes_dict.values()
+                  if node.superseded_by is None and node.sources and all(s.entry_id in chain for s in node.sources)]
+        with self.transaction():
+            for node in marked:
+                node.superseded_by = new_entry_id
+                self._did(lambda node=node: setattr(node, "superseded_by", None))
+        return [node.id for node in marked]
+
+    def superseded(self) -> frozenset[str]:  # worked out once per revision
+        """The ids of the nodes marked superseded (:meth:`supersede`)."""
+        if self._superseded[0] != self.revision:
+            self._superseded = (self.revision, frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by))
+        return self._superseded[1]
+
+    def current(self, items: list, node_of: Callable[[object], str] = lambda node_id: node_id) -> list:
+        """``items`` (``node_of`` gives an item's node id) but those of superseded nodes, unless none is left."""
+        superseded = self.superseded()
+        kept = [item for item in items if node_of(item) not in superseded] if superseded else items
+        return kept or items
+
     def link_entry(self, entry_id: str, node_ids: Iterable[str]) -> None:
         """Attach an existing entry to more nodes (entries themselves never change)."""
         node_ids = list(node_ids)
@@ -332,7 +367,10 @@ class MemoryStore:
         alpha: float = 0.5,
         exclude: Collection[str] = (),
     ) -> list[QueryGraphNode]:
-        return retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
+        """Spec §6.1's retrieval over the current nodes; over the superseded ones too when none is found."""
+        found = retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha,
+                         exclude={*exclude, *self.superseded()}) if self.superseded() else []
+        return found or retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
 
     def retrieve_for_text(self, text: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
         return self.retrieve(self._embed([text])[0], text, k=k, alpha=alpha, exclude=exclude)

@@ -1,0 +1,173 @@
+"""Documents to add to a bank: the files, folders and globs a user names, read as the local corpus reads them.
+
+* ``.txt``, ``.md``, ``.html`` (and any other file named on its own, read as text): one document each
+  (:func:`~amb_dspy.tools.corpus_files.read_document`);
+* ``.jsonl``: passages, one document per title, URL or id (:func:`~amb_dspy.tools.corpus_files.load_jsonl`);
+* ``.json``: a LoCoMo conversation (or the authors' list of them): one document per session, dated with the
+  session's date and written one turn a line, as :func:`turn_line` writes it;
+* a folder: the files of those kinds in it and under it, hidden ones left out; a glob: what it matches.
+
+A document is named by its path as given (a folder's files: the folder's path joined with theirs; a JSONL
+passage or a LoCoMo session: ``PATH#id``), so adding the same path again finds the older version of each.
+What cannot be read (binary data, a bad JSON file, a document over ``max_bytes``) is one line handed to
+``skip`` and the others are still read: :func:`read_documents` yields one document at a time, so a folder
+of any size is read as it is added.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from amb_dspy.errors import InputError, UserError, one_line
+from amb_dspy.text import is_binary
+from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, folder_files, load_jsonl, read_document
+
+DOCUMENT_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl"}
+BANKS_FOLDER = "banks"  # under STORAGE_DIR: where a bank named without a folder lives (the MCP server reads there)
+_SESSION = re.compile(r"^session_(\d+)$")
+
+
+@dataclass(frozen=True)
+class NamedDocument:
+    """One document to add: its name (the entry's ``metadata["name"]``), text and date ("" when unknown)."""
+
+    name: str
+    text: str
+    date: str = ""
+
+
+@dataclass
+class AddResult:
+    """What :meth:`~amb_dspy.bank.MemoryBank.add_documents` did, by document name."""
+
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)  # added as a newer version: the old one's nodes superseded
+    unchanged: list[str] = field(default_factory=list)  # the bank held the same text already
+    skipped: list[str] = field(default_factory=list)  # one line each: what and why
+    nodes: int = 0
+    edges: int = 0
+    usage: dict[str, dict[str, int]] = field(default_factory=dict)
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.replaced)
+
+
+def turn_line(date: str, speaker: str, text: str, caption: str = "") -> str:
+    """One turn of a dialogue as memory reads it: ``[date] Speaker: text [shares a photo: caption]``."""
+    photo = f" [shares a photo: {caption}]" if caption else ""
+    return f"[{date}] {speaker}: {text}{photo}"
+
+
+def bank_path(bank: str, storage_dir: Path) -> Path:
+    """Where the bank ``bank`` lives: a name without a folder (``notes``, ``notes.json``) is a file in
+    ``STORAGE_DIR/banks/``, where ``memory_start_task(bank="banks/notes.json")`` finds it; a path is itself."""
+    if "/" in bank or os.sep in bank or Path(bank).is_absolute():
+        return Path(bank).expanduser()
+    return Path(storage_dir).expanduser() / BANKS_FOLDER / (bank if Path(bank).suffix else f"{bank}.json")
+
+
+def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[str], None]) -> Iterator[NamedDocument]:
+    """The documents of ``paths`` (files, folders, globs), one at a time; what cannot be read goes to ``skip``."""
+    for path, name in _files(paths, skip):
+        try:
+            if path.suffix.lower() not in {".json", ".jsonl"} and path.stat().st_size > max_bytes:
+                raise InputError(_too_large(path.stat().st_size, max_bytes))
+            documents = list(_read_file(path, name))
+        except (UserError, OSError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
+            skip(f"skipped {name}: {why}")
+            continue
+        for document in documents:
+            size = len(document.text.encode("utf-8"))
+            if size > max_bytes:
+                skip(f"skipped {document.name}: {_too_large(size, max_bytes)}")
+            else:
+                yield document
+
+
+def _too_large(size: int, max_bytes: int) -> str:
+    return f"{size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit per document (AMB_MAX_CONTEXT_BYTES)"
+
+
+def _files(paths: Iterable[str | Path], skip: Callable[[str], None]) -> Iterator[tuple[Path, str]]:
+    """Each file to read and the name its documents take: the files named, those in the folders named (of the
+    kinds read), those a glob matches."""
+    for given in map(str, paths):
+        path = Path(given).expanduser()
+        if path.exists():
+            matches = [path]
+        elif glob.has_magic(given):
+            matches = [Path(p) for p in sorted(glob.glob(os.path.expanduser(given), recursive=True))]
+            if not matches:
+                skip(f"skipped {given}: no file matches")
+        else:
+            matches = []
+            skip(f"skipped {given}: no such file or folder")
+        for match in matches:
+            if match.is_dir():
+                for relative, file in folder_files(match, skip, suffixes=DOCUMENT_SUFFIXES):
+                    yield file, (match / relative).as_posix()
+            elif match.is_file():
+                yield match, match.as_posix()
+            else:
+                skip(f"skipped {match}: not a regular file")
+
+
+def _read_file(path: Path, name: str) -> Iterator[NamedDocument]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        for doc in load_jsonl(path):
+            title = f"{doc.title}\n" if doc.title != doc.id else ""
+            yield NamedDocument(f"{name}#{doc.id}", title + doc.text)
+        return
+    if suffix == ".json":
+        yield from _locomo_sessions(path, name)
+        return
+    if is_binary(path.read_bytes()):
+        raise InputError("binary data, not text")
+    document, _ = read_document(name, path)
+    if document is None:
+        raise InputError("empty: no text")
+    yield NamedDocument(name, document.text)
+
+
+def _locomo_sessions(path: Path, name: str) -> Iterator[NamedDocument]:
+    """Each session of a LoCoMo conversation file (one conversation, or a list of them named by
+    ``sample_id``) as a document of its turns, dated with the session's date."""
+    data = path.read_bytes()
+    if is_binary(data):
+        raise InputError("binary data, not a JSON file")
+    try:
+        raw = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not valid JSON ({type(exc).__name__}: {one_line(exc, 120)})") from None
+    many = isinstance(raw, list)
+    for i, item in enumerate(raw if many else [raw]):
+        conversation = item.get("conversation", item) if isinstance(item, dict) else None
+        if not isinstance(conversation, dict) or "speaker_a" not in conversation:
+            raise InputError("not a LoCoMo conversation (speaker_a and session_N lists of turns)")
+        prefix = f"{name}#{item.get('sample_id', i)}/" if many else f"{name}#"
+        yield from _sessions(conversation, prefix)
+
+
+def _sessions(conversation: dict, prefix: str) -> Iterator[NamedDocument]:
+    numbers = sorted(int(m.group(1)) for key in conversation if (m := _SESSION.match(key)))
+    for number in numbers:
+        date = str(conversation.get(f"session_{number}_date_time", ""))
+        try:
+            lines = [turn_line(date, turn["speaker"], turn["text"], turn.get("blip_caption") or "")
+                     for turn in conversation[f"session_{number}"]]
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"session_{number}: not a list of turns with speaker and text ({exc!r})") from None
+        if lines:
+            yield NamedDocument(f"{prefix}session_{number}", "\n".join(lines), date)

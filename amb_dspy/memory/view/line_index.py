@@ -1,0 +1,121 @@
+"""The evidence view's lines of a bank, laid out as nodes arrive and indexed once each.
+
+Every node's provenance is cut into lines (:func:`~amb_dspy.memory.view.lines.pieces`); each line is kept once,
+under the first node that holds it, with every node that holds it. A :class:`LineIndex` follows its store: a
+node added, or a node given more sources, lays out and embeds only its own new lines, and adds them to the lines'
+hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
+Only a removed node (a merge) lays everything out again, from the embeddings already made.
+
+The tables a question's ranking reads over all lines (:class:`~amb_dspy.retrieval.line_ranking.LineTable`, the
+:class:`~amb_dspy.retrieval.spreading.SpreadingGraph`) are built again when the graph changed, at the first
+question after it, not on every question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, pieces, speaker_of
+from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.retrieval.keyword import terms
+from amb_dspy.retrieval.line_ranking import LineTable
+from amb_dspy.retrieval.spreading import SpreadingGraph
+from amb_dspy.storage import QueryGraphNode
+
+
+class LineIndex:
+    """The source lines of ``store``'s nodes, their hybrid index (keys: the lines' positions, as strings) and
+    the tables the ranking reads; :meth:`refresh` brings them up to the store's graph."""
+
+    def __init__(self, store: MemoryStore, count: Callable[[str], int], line_tokens: int):
+        self.store, self.count, self.line_tokens = store, count, line_tokens
+        self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept across a fresh layout
+        self._start_over()
+
+    def _start_over(self) -> None:
+        self.lines: list[Evidence] = []
+        self.holders: list[list[str]] = []  # per line, the ids of the nodes that hold it
+        self.lines_of: dict[str, list[int]] = {}  # per node id, the lines it holds
+        self.index: HybridIndex | None = None
+        self._position: dict[tuple[str, int, int], int] = {}
+        self._indexed: list[str] = []  # per line, what its index entry reads (its heading and label, its text)
+        self._terms: list[list[str]] = []  # per line, its words as the spreading matches them
+        self._speakers: list[str] = []
+        self._headings: list[str] = []
+        self._laid: dict[str, tuple] = {}  # node id -> the sources laid out for it
+        self._seen: tuple = ()  # the store's (revision, node count) when last laid out
+        self._tables: tuple = (None, None, None, {})  # (the store's revision, spreading graph, line table, node numbers)
+
+    def refresh(self) -> list[Evidence]:
+        """Lay out the lines of the nodes added or given sources since the last call; the lines, in order."""
+        nodes = self.store.graph.nodes_dict
+        if self._seen == (self.store.revision, len(nodes)):
+            return self.lines
+        if any(node_id not in nodes for node_id in self._laid):
+            self._start_over()
+        self._seen = (self.store.revision, len(nodes))
+        first_new = len(self.lines)
+        for node in nodes.values():
+            sources = tuple(node.sources)
+            if self._laid.get(node.id) != sources:
+                self._lay_out(node)
+                self._laid[node.id] = sources
+        if len(self.lines) > first_new:
+            self._index_new(first_new)
+        return self.lines
+
+    def _lay_out(self, node: QueryGraphNode) -> None:
+        entries = self.store.tree.entries
+        for source in node.sources:
+            text = entries[source.entry_id].text
+            for span in source.spans:
+                for start, end, line_start in pieces(text, *span, self.count, self.line_tokens):
+                    key = (source.entry_id, start, end)
+                    if key not in self._position:
+                        self._add_line(key, text, line_start, node.id)
+                    held = self.holders[self._position[key]]
+                    if node.id not in held:
+                        held.append(node.id)
+                        self.lines_of.setdefault(node.id, []).append(self._position[key])
+
+    def _add_line(self, key: tuple[str, int, int], text: str, line_start: int, node_id: str) -> None:
+        """A new line; a long line's later sentences are found by its stamp and speaker too, a paragraph's lines
+        by its heading."""
+        entry_id, start, end = key
+        self._position[key] = len(self.lines)
+        self.lines.append(Evidence(entry_id, start, end, text[start:end], node_id))
+        heading = heading_of(text, line_start, self.count)
+        self._headings.append(heading)
+        label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
+        self._indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
+        self._terms.append(terms(text[start:end]))
+        self._speakers.append(speaker_of(text[line_start:end]))
+        self.holders.append([])
+
+    def _index_new(self, first: int) -> None:
+        new = list(dict.fromkeys(line.text for line in self.lines[first:] if line.text not in self._vectors))
+        if new:
+            self._vectors.update(zip(new, self.store.embedder.embed(new)))
+        if self.index is None:
+            self.index = HybridIndex(self.store.embedder.dim)
+        self.index.add_many([str(i) for i in range(first, len(self.lines))], self._indexed[first:],
+                            np.stack([self._vectors[line.text] for line in self.lines[first:]]))
+
+    def tables(self) -> tuple[SpreadingGraph, LineTable, dict[str, int]]:
+        """The spreading graph, the lines' table and each node's number in both (its place in the graph's order),
+        for the graph as it is now (built again when it changed)."""
+        signature = (self.store.revision, len(self.store.graph), len(self.lines))
+        if self._tables[0] != signature:
+            nodes = list(self.store.graph.nodes_dict.values())
+            number = {node.id: i for i, node in enumerate(nodes)}
+            links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
+            numbered = [[number[n] for n in held] for held in self.holders]
+            spreading = SpreadingGraph(self._terms, numbered,
+                                       [terms(" ".join(node.keywords)) for node in nodes], links)
+            table = LineTable.build([(line.entry_id, line.start) for line in self.lines], numbered,
+                                    [line.text for line in self.lines], self._speakers, self._headings)
+            self._tables = (signature, spreading, table, number)
+        return self._tables[1:]

@@ -1,0 +1,93 @@
+"""A bank that grows (issue 34): documents added to an existing store, and an evidence view whose cost follows the
+question, not the bank -- it ranks candidate lines only, and lays out and indexes only the lines a new node brings.
+Real embedding model, real store, heuristic policy (no LM)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
+from amb_dspy.memory.view import MemoryView
+from optimize.locomo import load_locomo
+
+DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    return load_locomo(f"locomo:{DATA / '30.json'}")[0]
+
+
+def session_text(conversation, number: int) -> str:
+    return "\n".join(turn.line() for turn in conversation.turns if turn.session == number)
+
+
+def heuristic_bank(tmp_path: Path, embedder) -> MemoryBank:
+    return MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"), embedder=embedder)
+
+
+@pytest.fixture(scope="module")
+def grown(conversation, embedder, tmp_path_factory):
+    """Conversation 30's first twelve sessions, added one by one to one store."""
+    bank = heuristic_bank(tmp_path_factory.mktemp("grown"), embedder)
+    for number in range(1, 13):
+        date = next(turn.date for turn in conversation.turns if turn.session == number)
+        into = bank.session.store if number > 1 else None
+        bank.ingest(session_text(conversation, number), f"session {number}", into=into, date=date)
+    return bank.session.store
+
+
+def test_the_view_over_candidate_lines_is_the_view_over_every_line(grown, conversation):
+    candidates = MemoryView(grown, view="evidence")
+    every = MemoryView(grown, view="evidence", candidates=10**9)  # the index's top is every line: nothing pruned
+    lines = len(candidates.line_index.refresh())
+    assert lines > 3 * candidates.candidates  # the index gives a third of the bank at most
+    questions = [q.question for q in conversation.questions[:40]]
+    pruned = 0
+    for question in questions:
+        ranked = candidates.ranked_evidence(question)
+        pruned += len(ranked) < lines
+        for budget in (500, 1000):
+            assert candidates.evidence_block(question, budget) == every.evidence_block(question, budget), question
+    assert pruned == len(questions)
+
+
+def test_each_document_is_its_own_entry_and_its_nodes_are_related_to_the_old_ones(grown):
+    entries = list(grown.tree.entries.values())
+    assert [entry.metadata["name"] for entry in entries] == [f"session {n}" for n in range(1, 13)]
+    assert [entry.metadata["date"] for entry in entries][:2] == ["4:04 pm on 20 January, 2023", "2:32 pm on 29 January, 2023"]
+    assert all(len(entry.metadata["sha256"]) == 64 for entry in entries)
+    first_nodes = {node_id for node_id, held in grown.tree.node_to_entries.items() if entries[0].entry_id in held}
+    later = [node for node in grown.graph.nodes_dict.values() if node.id not in first_nodes]
+    assert any(set(node.links) & first_nodes for node in later)  # analysis related later sessions to session 1
+
+
+def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedder, tmp_path):
+    bank = heuristic_bank(tmp_path, embedder)
+    bank.ingest(session_text(conversation, 1), "session 1")
+    store = bank.session.store
+    grown = bank.ingest(session_text(conversation, 2), "session 2", into=store)
+    before = store.payload()
+    again = bank.ingest(session_text(conversation, 1), "session 1 (again)", into=store)
+    assert grown.added and not again.added and again.nodes == grown.nodes
+    assert store.payload() == before and len(store.tree) == 2
+
+
+def test_a_new_document_is_laid_out_and_indexed_alone(conversation, embedder, tmp_path):
+    bank = heuristic_bank(tmp_path, embedder)
+    bank.ingest(session_text(conversation, 1), "session 1")
+    view = MemoryView(bank.session.store, view="evidence")
+    question = "What did Gina do after losing her job?"
+    view.evidence_block(question, 500)
+    index, laid_out = view.line_index.index, list(view.line_index.lines)
+    bank.ingest(session_text(conversation, 2), "session 2", into=bank.session.store)
+    grown = view.evidence_block(question, 500)
+    assert view.line_index.index is index and len(index) == len(view.line_index.lines) > len(laid_out)
+    assert view.line_index.lines[:len(laid_out)] == laid_out  # the old lines kept, not laid out again
+    fresh = MemoryView(bank.session.store, view="evidence")
+    assert set(fresh.line_index.refresh()) == set(view.line_index.lines)
+    assert fresh.evidence_block(question, 500) == grown
