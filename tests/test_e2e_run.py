@@ -72,7 +72,8 @@ def _check_trace_and_views(tmp_path, bank_file, store):
     from amb_dspy.view import read_trace
 
     records = read_trace(tmp_path / "run.jsonl")
-    assert records[0]["phase"] == "initialise" and records[-1]["phase"] == "done"
+    assert records[0]["phase"] == "notice" and records[0]["message"].startswith("strategy: direct")  # said first
+    assert records[1]["phase"] == "initialise" and records[-1]["phase"] == "done"
     assert (records[-1]["nodes"], records[-1]["edges"]) == (len(store.graph), store.graph.edge_count)
     assert sum(r["lm_calls_delta"] for r in records) == records[-1]["lm_calls"] > 0
     out = {}
