@@ -26,11 +26,12 @@ from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
-from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms
+from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
 from amb_dspy.memory.documents import AddResult, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
+from amb_dspy.task.direct import DirectAnswer
 from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import start_store
@@ -74,6 +75,7 @@ class MemoryBank:
         self.embedder = embedder if embedder is not None else \
             shared_embedder(self.config.embedding, self.config.paths.cache_dir)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
+        self.strategy = ""  # the line saying which strategy the latest task took, and why
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
         self.agents: dict[str, dspy.Module] = {name: cls(self.config) for name, cls in AGENT_CLASSES.items()}
@@ -98,9 +100,11 @@ class MemoryBank:
         return lms
 
     def _shared(self, config: AmbConfig | None = None) -> dict[str, Any]:
-        """What a new session shares with this bank's other tasks."""
-        return {"config": config or self.config, "agents": self.agents, "embedder": self.embedder,
-                "lms": self._lms_now()}
+        """What a new session shares with this bank's other tasks; its config has the strategy the LM takes
+        (:func:`~amb_dspy.lm.profile.task_strategy`), said once per bank in :attr:`strategy`."""
+        lms = self._lms_now()
+        config, self.strategy = task_strategy(config or self.config, lms.for_agent("executor"))
+        return {"config": config, "agents": self.agents, "embedder": self.embedder, "lms": lms}
 
     # --- tools and executor ------------------------------------------------------------------
     def executor_for(self, session: TaskSession) -> Executor:
@@ -140,6 +144,7 @@ class MemoryBank:
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
         session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
+        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
         for notice in load_notices:
             session.notify(notice)
         for notice in session.recall(task):  # earlier tasks' items for the task (config.recall)
@@ -160,6 +165,7 @@ class MemoryBank:
         started = time.monotonic()
         shared = self._shared()
         session = self.session = TaskSession.load(directory, progress=self.progress, **shared)
+        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
         with session.meter.counting():
             termination = self._loop(session).run("", resumed=True)
         return self._result(session, termination, started)
@@ -259,9 +265,11 @@ class MemoryBank:
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:
-        """The loop over ``session`` with its executor; a bad corpus fails here, before any LM call."""
+        """The loop over ``session`` with its executor (the direct strategy's one pass, or the spec's loop); a
+        bad corpus fails here, before any LM call."""
+        loop = DirectAnswer if session.config.executor.strategy == "direct" else TaskLoop
         try:
-            return TaskLoop(session, self.executor_for(session))
+            return loop(session, self.executor_for(session))
         except BaseException:
             if session.images is not None:
                 session.images.cleanup(session.task_id)

@@ -105,13 +105,15 @@ def run(
     namespace: str | None = typer.Option(None, "--namespace", help="long-term memory namespace (default: 'default')"),
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
     no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
+    strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY)"),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
 
     console = Console(stderr=True)
     config = _settings(lm=lm, corpus=corpus, max_loops=max_loops, policy=policy, recall=recall, namespace=namespace,
-                       remember=remember or None, redact=redact or None, fast_path=False if no_fast else None)
+                       remember=remember or None, redact=redact or None, fast_path=False if no_fast else None,
+                       strategy=strategy)
     bank = None
     try:
         from amb_dspy.view.trace import TraceWriter, fan_out
@@ -313,11 +315,12 @@ def evaluate(
     judge_lm: str | None = typer.Option(None, "--judge-lm", help="LoCoMo: an LM that judges each answer correct or not against the gold one (Mem0's J)"),
     num_threads: int = typer.Option(1, "--num-threads", min=1, help="questions answered at once (hosted LMs; the embedded model serialises its calls)"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic or auto (the memory agents' policy, bank mode)"),
+    strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY); bank mode"),
 ) -> None:
     """Answer HotpotQA or LoCoMo questions and print per-question and mean scores, LM calls, tokens and seconds; the last line is JSON."""
     from optimize.commands import eval_command
 
-    config = _settings(lm=lm, policy=policy)
+    config = _settings(lm=lm, policy=policy, strategy=strategy)
     _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
                                       judge_lm=judge_lm, num_threads=num_threads, config=config, echo=typer.echo))
 

@@ -249,7 +249,7 @@ def test_agent_failure_fails_the_task_keeps_the_raw_text_and_the_run_goes_on(con
                   {"executed_status": "success", "executed_context": "", "next_task": ""},  # after the failure
                   {"executed_status": "success", "executed_context": "found it", "next_task": ""}],  # after the retry
         **{REACT: search_then_finish("festival") + search_then_finish("festival") + [FINISH],
-           EXTRACT: answers("first try", "second try", "final")},
+           EXTRACT: answers("the festival, first try", "the festival, second try", "the festival, final")},
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
@@ -267,7 +267,7 @@ def test_agent_failure_fails_the_task_keeps_the_raw_text_and_the_run_goes_on(con
     assert store.insight_doc.completed_tasks[-1].status is TaskStatus.SUCCESS
     assert len(store.graph) == 1
     assert result.termination == "finished_with_failures"
-    assert result.answer == "final"
+    assert result.answer == "the festival, final"
 
 
 def test_loop_cap_stops_a_run_that_never_finishes(config, embedder):

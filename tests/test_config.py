@@ -44,6 +44,7 @@ SETTINGS = [
     ("react_max_iters", "2", 2, "executor"),
     ("max_context_tokens", "9000", 9000, "executor"),
     ("fast_path", "0", False, "executor"),
+    ("strategy", "direct", "direct", "executor"),
     ("classification_window", "4000", 4000, "agents"),
     ("structure_window", "4100", 4100, "agents"),
     ("analysis_window", "4200", 4200, "agents"),

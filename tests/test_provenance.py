@@ -127,8 +127,12 @@ def _canonical(bank_file: Path) -> dict:
 
 
 def _amb(args, tmp_path, extra_env=None):
+    corpus = tmp_path / "corpus"  # cli_lm's world: its answer rests on these notes (amb_dspy.task.grounding)
+    corpus.mkdir(exist_ok=True)
+    (corpus / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
+    (corpus / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}", "AMB_STORAGE_DIR": str(tmp_path / "storage"),
-           "AMB_TEMP_DIR": str(tmp_path / "temp"), "AMB_CORPUS": str(ROOT / "datasets" / "demo"),
+           "AMB_TEMP_DIR": str(tmp_path / "temp"), "AMB_CORPUS": str(corpus),
            "HF_HUB_OFFLINE": "1", **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-c", "from cli import app; app()", "run", *args, "--lm",
                              "python:cli_lm:make_lm"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,

@@ -75,7 +75,8 @@ def test_a_whole_run_traced_agrees_with_its_result(tmp_path, embedder):
 
     records = read_trace(path)
     assert len(records) == len(seen) and [r["phase"] for r in records] == [e.phase for e in seen]
-    assert records[0]["phase"] == "initialise" and records[-1]["phase"] == "done"
+    assert records[0]["phase"] == "notice" and records[0]["message"].startswith("strategy: loop")  # said first
+    assert records[1]["phase"] == "initialise" and records[-1]["phase"] == "done"
     assert {"memorise", "plan", "execute", "answer"} <= {r["phase"] for r in records}
     last = records[-1]
     assert last["lm_calls"] == sum(u["calls"] for u in result.usage.values())

@@ -9,7 +9,7 @@ unusable. Every agent call of a task goes through its :class:`AgentRunner`:
   again item by item, :meth:`AgentRunner.try_call` when a failure is an answer too);
 * the answer agent's verdict on memory before the loop (:meth:`AgentRunner.judge_memory`, the fast path);
 * the executor's last answer (:meth:`AgentRunner.last_answer`): the answer agent alone, then the
-  extractive policy.
+  extractive policy; the direct strategy's one answer (:meth:`AgentRunner.answer`, :meth:`AgentRunner.extract`).
 
 The runner holds no task state of its own: it reads and writes the ``errors`` and ``fallbacks`` of the
 run record it is given, and the agents, their LMs and the embedder are shared by every task of a bank.
@@ -112,19 +112,31 @@ class AgentRunner:
         if self.policy == "lm":
             return None
         self._count("executor")
+        output = self.answer(task_goal, memory)
+        if output is not None:
+            return output, False
+        if answered:
+            return None
+        return self.extract(task_goal, memory), True
+
+    def answer(self, task_goal: str, memory: str) -> Any | None:
+        """The answer agent alone (one output field, read leniently when it does not parse), or None with the
+        failure recorded: the direct strategy's one call, and the executor's last answer."""
         try:
             with self.lms.use("answer"):
                 output = self.agents["answer"](task_goal=task_goal, memory=memory, judge=False)
-            if output.lenient:
-                self.record.errors.append(
-                    f"answer agent: its reply did not parse; the answer was read from its text ({output.reason})")
-            return output, False
         except Exception as exc:  # noqa: BLE001 - a failing LM leaves the earlier or the extractive answer
             message = str(exc) if isinstance(exc, AgentError) else f"{type(exc).__name__}: {one_line(exc)}"
             self.record.errors.append(f"answer from memory failed: {message}")
-        if answered:
             return None
-        return self._with_policy("answer", task_goal=task_goal, memory=memory), True
+        if output.lenient:
+            self.record.errors.append(
+                f"answer agent: its reply did not parse; the answer was read from its text ({output.reason})")
+        return output
+
+    def extract(self, task_goal: str, memory: str) -> Any:
+        """The extractive answer (the answer agent's policy, counted): memory's best evidence line, cited."""
+        return self._with_policy("answer", task_goal=task_goal, memory=memory)
 
     def _with_lm(self, name: str, **inputs: Any) -> Any:
         with self.lms.use(name):

@@ -101,10 +101,15 @@ class ToolSettings(Section):
 
 
 class ExecutorSettings(Section):
-    """The executor (dspy.ReAct) and the fast path that may answer from memory first."""
+    """The executor (dspy.ReAct), the strategy that may stand in for it, and the fast path that may answer from
+    memory first."""
 
     react_max_iters: int = Field(6, ge=1)
     max_context_tokens: int = 32_000
+    strategy: Literal["auto", "loop", "direct"] = Field(
+        "auto", description="loop: the spec's loop (plan, ReAct executor, answer); direct: the memory agents' "
+                            "policies and one answer call from memory, the corpus searched first when memory does "
+                            "not cover the goal; auto: direct for a tiny LM (amb_dspy.lm.profile), else loop")
     fast_path: bool | None = Field(None, description="when a run starts with memory, answer from it first in one call "
                                    "and end there if it suffices (AMB_FAST_PATH=0 / --no-fast: off); None: on, except "
                                    "with the bundled 135M model, whose verdicts are not reliable (amb_dspy.answering)")

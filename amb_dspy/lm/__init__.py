@@ -9,7 +9,8 @@ One module per job:
 * :mod:`~amb_dspy.lm.llama_engine` and :mod:`~amb_dspy.lm.llama_models` -- the in-process engine,
   its shared models and grammars;
 * :mod:`~amb_dspy.lm.agent_lms` -- the main LM plus per-agent LMs;
-* :mod:`~amb_dspy.lm.usage` -- LM calls and tokens per agent, and the cap on calls of a run.
+* :mod:`~amb_dspy.lm.usage` -- LM calls and tokens per agent, and the cap on calls of a run;
+* :mod:`~amb_dspy.lm.profile` -- the strategy a task takes on its LM (the full loop, or one answer).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _EXPORTS = {
     "LOCAL_MAX_TOKENS": "llama_engine", "LlamaCppEngine": "llama_engine", "PromptTooLongError": "llama_engine",
     "smollm2_path": "llama_engine", "GGUF_PREFIX": "specs", "LOCAL_NOTICE": "specs", "LOCAL_SPEC": "specs",
     "resolve_lm_spec": "specs", "AgentUsage": "usage", "LMCallCapReached": "usage", "UsageMeter": "usage",
-    "metered_as": "usage",
+    "metered_as": "usage", "is_tiny": "profile", "task_strategy": "profile",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -16,6 +16,10 @@ block the adapter writes for the goal.
   the answer agent answers alone (one output field, read leniently when it does not parse); when even
   that fails and no earlier step answered, the deterministic policy quotes the best evidence line of
   ``<memory>`` with its citation, and the run ends ``extractive_answer`` (never ``goal_met``).
+
+Every answer an LM gives, here, in the executor's steps and in the direct strategy, passes
+:func:`accepted` (:func:`amb_dspy.task.grounding.ungrounded` over :func:`evidence_text`) before it counts:
+a placeholder, noise or text that rests on nothing the task holds is no answer.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from amb_dspy.agents import MEMORY_CHECK_TASK
 from amb_dspy.config import AmbConfig
 from amb_dspy.lm import LOCAL_SPEC, is_embedded
 from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskKind, TaskStatus
+from amb_dspy.task.adapter import NO_MEMORY
 from amb_dspy.task.executor import resolve_node_id
+from amb_dspy.task.grounding import ungrounded
 from amb_dspy.task.state import revised
 
 if TYPE_CHECKING:
@@ -57,7 +63,7 @@ def answered_from_memory(session: TaskSession) -> bool:
     before = session.meter.total()
     output = session.runner.judge_memory(doc.task_goal, session.memory_adapter.memory_text(doc))
     cited = resolved(session, output.cited_node_ids) if output else []
-    sufficient = bool(output and output.sufficient and cited)
+    sufficient = bool(output and output.sufficient and cited and accepted(session, output.answer, doc, "the fast path"))
     if output is not None:  # the verdict, for planning and the record (a failed call taught nothing)
         check = CompletedTask(type=TaskKind.NORMAL, description=MEMORY_CHECK_TASK, status=TaskStatus.SUCCESS,
                               context=_verdict(output, sufficient)[:300])
@@ -79,7 +85,7 @@ def _verdict(output, sufficient: bool) -> str:
         return f"Answered from memory: {output.answer}. {output.reason}"
     why = output.reason or "no reason given"
     if output.sufficient:
-        why = f"the answer cites no node of memory ({why})"
+        why = f"the answer was not accepted or cites no node of memory ({why})"
     return f"Memory does not suffice: {why}. Draft answer: {output.answer or '(none)'}"
 
 
@@ -87,15 +93,37 @@ def last_answer(session: TaskSession, doc: InsightDoc) -> None:
     """The executor's final pass gave no answer: the answer agent alone, else the earlier answer, else the
     extractive answer (see module docstring); the runner decides which and counts it."""
     state = session.state
-    given = session.runner.last_answer(doc.task_goal, session.memory_adapter.memory_text(doc),
-                                       answered=bool(state.answer))
+    memory = session.memory_adapter.memory_text(doc)
+    given = session.runner.last_answer(doc.task_goal, memory, answered=bool(state.answer))
     if given is None:
         return
     output, extractive = given
     if not extractive:
-        state.answer = output.answer
-    elif output.answer:
+        if accepted(session, output.answer, doc, "the last answer"):
+            state.answer = output.answer
+            return
+        if state.answer:  # the earlier answer stands
+            return
+        output = session.runner.extract(doc.task_goal, memory)
+    if output.answer:
         state.answer, state.citations, state.extractive = output.answer, resolved(session, output.cited_node_ids), True
+
+
+def evidence_text(session: TaskSession, doc: InsightDoc) -> str:
+    """What an answer of the task may rest on: ``<memory>`` for the goal (long-term items included) and every
+    raw text the task keeps (its context, the tools' responses) in the Interaction Tree."""
+    raw = [entry.text for entry in session.store.tree.entries.values()]
+    memory = session.memory_adapter.memory_text(doc)
+    return "\n".join([memory.replace(NO_MEMORY, ""), *raw])
+
+
+def accepted(session: TaskSession, answer: str, doc: InsightDoc, where: str) -> bool:
+    """Whether ``answer`` passes as an answer (:func:`~amb_dspy.task.grounding.ungrounded`); a refusal is
+    recorded in the run's errors, so that the user sees why the run fell back."""
+    reason = ungrounded(answer, evidence_text(session, doc))
+    if reason and answer.strip():
+        session.state.errors.append(f"{where}: the answer {' '.join(answer.split())[:80]!r} was not accepted: {reason}")
+    return not reason
 
 
 def resolved(session: TaskSession, fragments: list[str]) -> list[str]:

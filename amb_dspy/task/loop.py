@@ -35,7 +35,13 @@ from amb_dspy.storage import (
     TaskStatus,
 )
 from amb_dspy.task.adapter import knowledge_text, recognition_text
-from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, FAST_TERMINATION, answered_from_memory, last_answer
+from amb_dspy.task.answering import (
+    EXTRACTIVE_TERMINATION,
+    FAST_TERMINATION,
+    accepted,
+    answered_from_memory,
+    last_answer,
+)
 from amb_dspy.task.executor import ExecutionResult, Executor, citations
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import revised
@@ -136,8 +142,10 @@ class TaskLoop:
             new_nodes, failure, _ = session.memory.convert(state, recognition_text(doc.task_goal, result.answer),
                                                            {"source": "image_recognition"}, attachments)
         else:
-            state.answer, _ = citations(result, self.store.graph.nodes_dict)
             new_nodes, failure = self.remember(result, doc)
+            answer, _ = citations(result, self.store.graph.nodes_dict)
+            if accepted(session, answer, doc, "a step"):  # else an earlier answer stands
+                state.answer = answer
         session.plan_step(new_nodes, report=result.report(), failure=failure)
         self.record_hop(doc, kind, result, before)
 
@@ -169,10 +177,10 @@ class TaskLoop:
             result = None
         self.record_hop(final_doc, TaskKind.ANSWER, result or ExecutionResult("", list(self.executor.calls)), before)
         if result is not None:
-            answer, state.citations = citations(result, self.store.graph.nodes_dict)
+            answer, cited = citations(result, self.store.graph.nodes_dict)
             self.remember(result, final_doc)  # what the last pass looked up stays in memory too
-            if answer:
-                state.answer = answer
+            if accepted(session, answer, final_doc, "the executor's answer"):
+                state.answer, state.citations = answer, cited
                 return
         # No tools and one plain field, then no LM at all: a step a small model can still answer in.
         last_answer(session, final_doc)

@@ -23,6 +23,8 @@ from amb_dspy.text import split_sentences
 
 _HEADER = re.compile(r"^Memory \d+ \(node ([0-9a-fA-F]{6,32})\):\s*$")
 _LABEL = re.compile(r"^(Topic|Summary):\s*")
+# a search response's first line repeats the query (amb_dspy.tools.search.format_results): no evidence
+_SEARCH_ECHO = re.compile(r"^(?:Search for '.*' found \d+ results?:|No results for '.*'\..*)$")
 HYBRID_ALPHA = 0.5  # AmbConfig.retrieval_alpha's default, as the memory view ranks lines
 MAX_LINE_CHARS = 400
 
@@ -40,7 +42,7 @@ def evidence_lines(memory: str) -> list[tuple[str, str]]:
         if not line:
             node = ""  # a group ends at a blank line (what follows the last one is no node's)
             continue
-        if not node or line.startswith("Keywords:"):
+        if not node or line.startswith("Keywords:") or _SEARCH_ECHO.match(line):
             continue
         line = _LABEL.sub("", line).lstrip("-* ").strip()
         pieces = split_sentences(line) if len(line) > MAX_LINE_CHARS else [line]

@@ -1,0 +1,188 @@
+"""The direct strategy: retrieve, search the corpus when memory does not cover the goal, answer in one call.
+
+A tiny LM (see :mod:`amb_dspy.lm.profile`) cannot plan or fill a ReAct trajectory, so its task skips
+both. :class:`DirectAnswer` runs on the same session as :class:`~amb_dspy.task.loop.TaskLoop` and leaves
+the same record (the Insight Doc, hops, usage, a :class:`~amb_dspy.task.state.RunResult` of the same
+shape)::
+
+    termination = DirectAnswer(session, executor).run(context)
+
+1. the context becomes memory (the memory agents' policies, as the strategy set them);
+2. when ``<memory>`` lacks a content word of the goal, the executor's ``search`` tool is called with the
+   goal, and once more with what memory still lacks and the names memory holds about the goal; what
+   they return becomes memory (one NORMAL hop each). No LM call;
+3. one answer call over ``<memory>`` (:meth:`~amb_dspy.agents.runner.AgentRunner.answer`; a tiny LM is shown
+   only the few lines that cover the goal, :func:`focused_memory`, as it copies the first lines it reads), checked like
+   every answer (:func:`~amb_dspy.task.answering.accepted`) and cited with the memory nodes it shares
+   the most words with; an answer that is not accepted gives way to the extractive answer.
+"""
+
+from __future__ import annotations
+
+from amb_dspy.agents.fallback.answer import evidence_lines
+from amb_dspy.lm import LMCallCapReached, is_tiny
+from amb_dspy.retrieval.keyword import STOPWORDS, stem, terms
+from amb_dspy.storage import TaskKind
+from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, accepted, resolved
+from amb_dspy.task.executor import ExecutionResult
+from amb_dspy.task.grounding import content_terms, ordered_terms
+from amb_dspy.task.loop import TaskLoop
+from amb_dspy.task.state import revised
+from amb_dspy.task.tool_failures import tool_termination
+from amb_dspy.text import words
+from amb_dspy.tools.search import NO_BACKEND
+
+__all__ = ["DirectAnswer", "focused_memory"]
+
+MAX_SEARCHES = 2
+MAX_CITED = 2
+MAX_NAMES = 3
+MAX_FOCUS_LINES = 4
+
+
+class DirectAnswer(TaskLoop):
+    """The direct strategy over ``session``'s task (see the module docstring); a :class:`TaskLoop` whose run
+    is one pass, so resuming, checkpoints, images and hops work as they do there."""
+
+    def run(self, context: str = "", resumed: bool = False) -> str:
+        """Remember the context, search when memory falls short, answer once; returns how the run ended."""
+        session, state = self.session, self.state
+        termination = "goal_met"
+        try:
+            if not resumed and context.strip():
+                session.emit("initialise")
+                session.memory.convert(state, context, {"source": "user_context"})
+            self.search_when_short()
+            self.checkpoint()
+            self.answer()
+            if state.extractive:
+                termination = EXTRACTIVE_TERMINATION
+        except LMCallCapReached as exc:
+            termination = "lm_call_cap"
+            state.errors.append(str(exc))
+        finally:
+            if session.images is not None:
+                session.images.cleanup(state.doc_id)
+        if termination == "goal_met" and not state.answer:
+            termination = "no_answer"
+        return tool_termination(state, termination)
+
+    def missing_terms(self, searched: list[str]) -> list[str]:
+        """The goal's content words that ``<memory>`` does not hold, in the goal's order (the ``searched``
+        queries, which a search response repeats, are not counted as held)."""
+        doc = self.store.insight_doc
+        memory = self.session.memory_adapter.memory_text(doc)
+        for query in searched:
+            memory = memory.replace(query, " ")
+        held = content_terms(memory)
+        return [term for term in dict.fromkeys(ordered_terms(doc.task_goal)) if stem(term) not in held]
+
+    def search_when_short(self) -> None:
+        """Search with the goal, then with what is still missing plus memory's names, while memory lacks a
+        content word of the goal (at most :data:`MAX_SEARCHES` calls; none without a search backend)."""
+        search = next((tool for tool in self.executor.tools if tool.name == "search"), None)
+        goal = self.store.insight_doc.task_goal
+        queries, searched = [goal], []
+        while search is not None and queries and self.state.loops < MAX_SEARCHES:
+            missing = self.missing_terms(searched)
+            if not missing:
+                return
+            query = queries.pop(0)
+            searched.append(query)
+            self.state.loops += 1
+            doc = revised(self.store.insight_doc)
+            self.session.emit("execute", f"{TaskKind.NORMAL.value}: search {query[:50]}")
+            before = self.session.meter.total()
+            self.executor.calls.clear()
+            if search(query=query) == NO_BACKEND:
+                self.executor.calls.clear()  # nothing to search: not a failed search
+                self.state.loops -= 1
+                return
+            result = ExecutionResult("", list(self.executor.calls))
+            self.remember(result, doc)
+            self.record_hop(doc, TaskKind.NORMAL, result, before)
+            missing = self.missing_terms(searched)
+            names = self.names_about()
+            if missing and names:
+                queries.append(" ".join([*missing, *names]))
+
+    def names_about(self) -> list[str]:
+        """The names in ``<memory>`` (capitalised words the goal does not use): a bridge for a second search."""
+        doc = self.store.insight_doc
+        goal_terms = content_terms(doc.task_goal)
+        memory = self.session.memory_adapter.memory_text(doc)
+        names = [word.strip(".,;:'\"()") for word in memory.split() if word[:1].isupper()]
+        return [name for name in dict.fromkeys(names) if name.isalpha() and name != "Memory" and len(name) > 2
+                and name.lower() not in STOPWORDS and stem(name.lower()) not in goal_terms][:MAX_NAMES]
+
+    def answer(self) -> None:
+        """One answer call over ``<memory>``; the extractive answer when it fails or is not accepted."""
+        session, state = self.session, self.state
+        doc = revised(self.store.insight_doc)
+        memory = session.memory_adapter.memory_text(doc)
+        asked = focused_memory(memory, doc.task_goal) if is_tiny(session.lms.for_agent("answer")) else memory
+        session.emit("answer", "from memory")
+        before = session.meter.total()
+        output = session.runner.answer(doc.task_goal, asked or memory)
+        answer = output.answer if output is not None and accepted(session, output.answer, doc, "the answer") else ""
+        self.record_hop(doc, TaskKind.ANSWER, ExecutionResult(answer), before)
+        if answer:
+            state.answer, state.citations = answer, self.supporting_nodes(answer)
+            return
+        extract = session.runner.extract(doc.task_goal, memory)
+        if extract.answer:
+            state.answer, state.citations = extract.answer, resolved(session, extract.cited_node_ids)
+            state.extractive = True
+
+    def supporting_nodes(self, answer: str) -> list[str]:
+        """The memory nodes for the goal that share the most content words with ``answer`` (at most
+        :data:`MAX_CITED`, none that shares nothing)."""
+        terms = content_terms(answer)
+        ranked = []
+        for node in self.session.memory_adapter.memory_for(self.store.insight_doc):
+            sources = " ".join(text for *_, text in self.store.source_texts(node.id))
+            shared = len(terms & content_terms(f"{node.summary} {node.context} {sources}"))
+            if shared:
+                ranked.append((shared, node.id))
+        ranked.sort(key=lambda pair: -pair[0])
+        return [node_id for _, node_id in ranked[:MAX_CITED]]
+
+
+
+def focused_memory(memory: str, goal: str) -> str:
+    """The few lines of ``memory`` that together cover the goal's terms, in their groups: at each turn the line
+    holding the most terms not yet covered, then the most names right beside a term of the goal ("River
+    Sennet" for "which river"), then the earliest.
+
+    A tiny LM answers by copying the first lines it is shown; what it is shown must answer the goal, every
+    part of it ("which river ... and when ..."). At most :data:`MAX_FOCUS_LINES` lines; "" when no line holds
+    a term of the goal.
+    """
+    goal_terms = set(terms(goal))
+    candidates = [(line, node, set(terms(line)) & goal_terms, _named_terms(line, goal_terms))
+                  for line, node in evidence_lines(memory)]
+    uncovered, chosen = set(goal_terms), []
+    while uncovered and len(chosen) < MAX_FOCUS_LINES:
+        best = max(range(len(candidates)), default=None,
+                   key=lambda i: (len(candidates[i][2] & uncovered), candidates[i][3], -i))
+        if best is None or not candidates[best][2] & uncovered:
+            break
+        line, node, covered, _ = candidates.pop(best)
+        chosen.append((line, node))
+        uncovered -= covered
+    groups: list[tuple[str, list[str]]] = []
+    for line, node in chosen:
+        if groups and groups[-1][0] == node:
+            groups[-1][1].append(line)
+        else:
+            groups.append((node, [line]))
+    return "\n\n".join(f"Memory {i} (node {node}):\n" + "\n".join(lines) for i, (node, lines) in enumerate(groups, 1))
+
+
+def _named_terms(line: str, goal_terms: set[str]) -> int:
+    """How many capitalised words of ``line`` that are not the goal's stand right beside one of its terms."""
+    tokens = words(line)
+    stems = [next(iter(terms(token)), "") for token in tokens]
+    return sum(1 for i, token in enumerate(tokens)
+               if token[:1].isupper() and stems[i] not in goal_terms
+               and any(0 <= j < len(tokens) and stems[j] in goal_terms for j in (i - 1, i + 1)))
