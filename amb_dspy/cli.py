@@ -54,29 +54,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _progress(console, status):
-    """The display of a run's or an ingest's progress events on stderr: the status line on a terminal,
-    one plain line per step in a log file or CI; notices and checkpoints are always printed."""
-
-    def show(event) -> None:
-        if event.phase == "notice":  # said once, whatever the display
-            console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
-            return
-        if event.phase == "checkpoint":
-            console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
-                          "this run if it stops)", highlight=False, soft_wrap=True)
-            return
-        line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
-                f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
-                + (f" | {event.message[:60]}" if event.message else ""))
-        if console.is_terminal:
-            status.update(line)
-        else:
-            console.print(line, highlight=False, soft_wrap=True)
-
-    return show
-
-
 @app.command()
 def version() -> None:
     """Print the amb-dspy version."""
@@ -116,18 +93,17 @@ def run(
                        strategy=strategy)
     bank = None
     try:
+        from amb_dspy.view.progress import progress_display
         from amb_dspy.view.trace import TraceWriter, fan_out
 
         trace_writer = TraceWriter(trace) if trace else None
-        if resume is None:
-            folder = checkpoint or config.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
-            config = config.model_copy(update={"checkpoint_dir": folder})
+        if resume is None:  # every new run checkpoints, so that `amb run --resume` can continue it
+            config = config.model_copy(update={"checkpoint_dir": checkpoint or _new_checkpoint_folder(config)})
         from amb_dspy.bank import MemoryBank, read_context_file
-        from amb_dspy.storage import Hop, hop_summary
 
-        context = read_context_file(context_file, config.max_context_bytes) if context_file else ""
+        context = read_context_file(context_file, config.limits.max_context_bytes) if context_file else ""
         with _sigterm_as_interrupt(), console.status("loading the memory bank...") as status:
-            bank = MemoryBank(config, compiled=compiled, progress=fan_out(_progress(console, status), trace_writer))
+            bank = MemoryBank(config, compiled=compiled, progress=fan_out(progress_display(console, status), trace_writer))
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
             if resume is not None:
@@ -142,6 +118,22 @@ def run(
         if debug_enabled():
             raise
         _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
+    _print_run(console, result)
+    if export:
+        console.print(f"bank exported to {_export(bank, export)}")
+    if not result.answer:
+        _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
+
+
+def _new_checkpoint_folder(config) -> Path:
+    return config.paths.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
+
+
+def _print_run(console, result) -> None:
+    """A run's last lines: usage per agent, how it ended, its tools, notes and citations (stderr), then the
+    answer alone on stdout."""
+    from amb_dspy.storage import Hop, hop_summary
+
     for agent in sorted({*result.usage, *result.fallbacks}):
         usage = result.usage.get(agent, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
         console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
@@ -161,10 +153,6 @@ def run(
     if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
         console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
     typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
-    if export:
-        console.print(f"bank exported to {_export(bank, export)}")
-    if not result.answer:
-        _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
 
 
 @app.command()
@@ -200,9 +188,10 @@ def ingest(
     def call() -> None:
         nonlocal bank, result
         from amb_dspy.bank import MemoryBank
+        from amb_dspy.view.progress import progress_display
 
         with console.status("loading the memory bank...") as status:
-            bank = MemoryBank(config, compiled=compiled, progress=_progress(console, status))
+            bank = MemoryBank(config, compiled=compiled, progress=progress_display(console, status))
             if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM at ingest
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.add_documents(sources, into=target)

@@ -19,8 +19,8 @@ MAX_FILE_LINES = 400
 
 # Being reworked on branch strategy right now (the `amb run` command, the loop, the answering): the lead removes
 # these after merging it, splitting `run` and converting those files' flat setting names.
-SPLIT_ELSEWHERE_FUNCTIONS = {("cli.py", "run")}
-FLAT_READS_ELSEWHERE = {"task/loop.py", "task/answering.py", "lm/profile.py", ("cli.py", "run")}
+SPLIT_ELSEWHERE_FUNCTIONS: set[tuple[str, str]] = set()
+FLAT_READS_ELSEWHERE: set = set()
 
 TASK_KIND_WORDS = ("NORMAL", "CROSS_VALIDATE", "IMAGE", "MEMORY", "ANSWER")  # storage.insight_doc.TaskKind
 TASK_KIND_NAMES = {"TaskKind", "CROSS_VALIDATE_TEXT", "IMAGE_TEXT"}

@@ -48,10 +48,10 @@ def fast_path_on(config: AmbConfig, lm: dspy.BaseLM) -> bool:
     """``config.fast_path`` when set; by default on, except with the heuristic policy (no LM verdict) and with
     the bundled SmolLM2-135M, which calls memory sufficient whatever it holds (on the demo's notes, which do
     not name the river the question asks for, 2 verdicts of 2), so the demo would never search."""
-    if config.fast_path is not None:
-        return config.fast_path
+    if config.executor.fast_path is not None:
+        return config.executor.fast_path
     engine = getattr(lm, "engine", None)
-    return config.policy != "heuristic" and not (is_embedded(lm) and getattr(engine, "gguf", "") == LOCAL_SPEC)
+    return config.models.policy != "heuristic" and not (is_embedded(lm) and getattr(engine, "gguf", "") == LOCAL_SPEC)
 
 
 def answered_from_memory(session: TaskSession) -> bool:

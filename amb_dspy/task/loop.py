@@ -70,7 +70,7 @@ class TaskLoop:
                 self.initialise(context)
                 self.checkpoint()
             while True:
-                termination = self.stop_reason() or ("loop_cap" if state.loops >= session.config.max_loops else "")
+                termination = self.stop_reason() or ("loop_cap" if state.loops >= session.config.loops.max_loops else "")
                 if termination:
                     break
                 state.loops += 1
@@ -91,7 +91,7 @@ class TaskLoop:
         return tool_termination(self.state, termination)  # nor by sources that all failed
 
     def checkpoint(self) -> None:
-        if self.session.config.checkpoint_dir is not None:
+        if self.session.config.paths.checkpoint_dir is not None:
             self.session.save()
 
     def keep_unrecognised(self) -> None:
