@@ -99,6 +99,11 @@ class MemoryBank:
         self.notice = lms.notice
         return lms
 
+    def task_config(self) -> AmbConfig:
+        """The settings a task started now runs with: the strategy its LM takes resolved (under the direct
+        strategy the ``auto`` policy is ``heuristic``: the memory agents call no LM)."""
+        return task_strategy(self.config, self._lms_now().for_agent("executor"))[0]
+
     def _shared(self, config: AmbConfig | None = None) -> dict[str, Any]:
         """What a new session shares with this bank's other tasks; its config has the strategy the LM takes
         (:func:`~amb_dspy.lm.profile.task_strategy`), said once per bank in :attr:`strategy`."""

@@ -192,7 +192,7 @@ def ingest(
 
         with console.status("loading the memory bank...") as status:
             bank = MemoryBank(config, compiled=compiled, progress=progress_display(console, status))
-            if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM at ingest
+            if bank.notice and bank.task_config().models.policy != "heuristic":  # no LM call at ingest then
                 console.print(f"[yellow]{bank.notice}[/]")
             result = bank.add_documents(sources, into=target)
 

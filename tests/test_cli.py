@@ -178,3 +178,13 @@ def test_ingest_shows_progress_and_no_lm_notice_with_the_heuristic_policy(cli_en
     assert "SmolLM2" not in result.stderr and "no LM configured" not in result.stderr
     progress = [line for line in result.stderr.splitlines() if " | loop " in line]
     assert progress and "nodes" in progress[-1] and out.is_file()
+
+
+def test_ingest_on_the_embedded_model_says_nothing_of_an_lm_it_does_not_call(cli_env, tmp_path):
+    """The embedded model takes the direct strategy, whose memory agents run on their policies: no notice
+    that answers will be weak, and no LM call."""
+    out = tmp_path / "bank.json"
+    result = CliRunner().invoke(app, ["ingest", "--context-file", str(_notes(tmp_path)), "--export", str(out),
+                                      "--lm", "local"])
+    assert result.exit_code == 0, result.output
+    assert "answers will be weak" not in result.stderr and "LM calls 0" in " ".join(result.output.split())
