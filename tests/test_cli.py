@@ -180,11 +180,13 @@ def test_ingest_shows_progress_and_no_lm_notice_with_the_heuristic_policy(cli_en
     assert progress and "nodes" in progress[-1] and out.is_file()
 
 
-def test_ingest_on_the_embedded_model_says_nothing_of_an_lm_it_does_not_call(cli_env, tmp_path):
-    """The embedded model takes the direct strategy, whose memory agents run on their policies: no notice
-    that answers will be weak, and no LM call."""
+def test_ingest_on_the_embedded_model_says_nothing_of_an_lm_it_does_not_call(cli_env, tmp_path, monkeypatch):
+    """With no LM named and no key, the embedded model stands in; it takes the direct strategy, whose memory
+    agents run on their policies: no notice that answers will be weak, and no LM call."""
+    for name in ("AMB_LM", "AMB_LLM_API_KEY", "LLM_API_KEY", "AMB_LLM_BASE_URL", "LLM_BASE_URL", "DEEPSEEK_API_KEY",
+                 "AMB_POLICY", "AMB_STRATEGY"):
+        monkeypatch.delenv(name, raising=False)
     out = tmp_path / "bank.json"
-    result = CliRunner().invoke(app, ["ingest", "--context-file", str(_notes(tmp_path)), "--export", str(out),
-                                      "--lm", "local"])
+    result = CliRunner().invoke(app, ["ingest", "--context-file", str(_notes(tmp_path)), "--export", str(out)])
     assert result.exit_code == 0, result.output
     assert "answers will be weak" not in result.stderr and "LM calls 0" in " ".join(result.output.split())
