@@ -110,6 +110,7 @@ class SpreadingGraph:
         known[known] = ~common[keyword[known]]
         links = np.array(node_links, dtype=np.int64).reshape(-1, 2)
         held_by = np.repeat(np.arange(self.n_lines), np.diff(np.concatenate([starts, [len(holders)]])))
+        # each edge once, as (a, b, weight): line -- term, line -- node, node -- node, node -- keyword term
         a = np.concatenate([line_of[kept], held_by, self.n_lines + links[:, 0], self.n_lines + node_of[known]])
         b = np.concatenate([self.offset_terms + self.column[ids[kept]], self.n_lines + holders,
                             self.n_lines + links[:, 1], self.offset_terms + self.column[keyword[known]]])
@@ -135,8 +136,8 @@ class SpreadingGraph:
     def _seed(self, query_terms: Sequence[str], line_seeds: dict[int, float]) -> np.ndarray:
         seed = np.zeros(self.size)
         for term in query_terms:
-            number = self.term_index.get(term, -1)
-            if number >= 0 and self.column[number] >= 0:
+            number = self.term_index.get(term, len(self.column))  # the index is shared: later lines add terms
+            if number < len(self.column) and self.column[number] >= 0:
                 seed[self.offset_terms + self.column[number]] += self.idf[number]
         for line, weight in line_seeds.items():
             numbers = self._ids[(self._ends[line - 1] if line else 0):self._ends[line]]
