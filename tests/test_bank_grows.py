@@ -91,3 +91,41 @@ def test_a_new_document_is_laid_out_and_indexed_alone(conversation, embedder, tm
     fresh = MemoryView(bank.session.store, view="evidence")
     assert set(fresh.line_index.refresh()) == set(view.line_index.lines)
     assert fresh.evidence_block(question, 500) == grown
+
+
+ZEPHYR = "Zephyr (bicycle)\nThe Zephyr racing bike is made by Corvex Cycles.\nIt weighs seven kilograms."
+CORVEX = ("Corvex Cycles\nCorvex Cycles is a workshop in Gothenburg.\nIts first owner was Ada Lindqvist.\n\n"
+          "Tour de France\nThe Tour de France is a bike race.\nRacing teams start in July, and the Zephyr rides it.")
+
+
+def described(view: MemoryView) -> dict:
+    """Per line (by its place in the text), what the view's line table and spreading say of it, by name not number."""
+    index = view.line_index
+    index.refresh()
+    spreading, table, number = index.tables()
+    keys = [(line.entry_id, line.start, line.end) for line in index.lines]
+    node_of = {n: node_id for node_id, n in number.items()}
+    ends = [*table.starts[1:].tolist(), len(table.holders)]
+    spread = spreading.spread(["zephyr", "lindqvist", "camp"], {})
+    return {key: (keys[table.before[i]] if table.before[i] >= 0 else None,
+                  keys[table.after[i]] if table.after[i] >= 0 else None, bool(table.asks[i]),
+                  table.speaker_names[table.speakers[i]] if table.speakers[i] >= 0 else "",
+                  table.titles[table.headings[i]] if table.headings[i] < len(table.titles) else "",
+                  {table.titles[t] for t in table.mentions[i]},
+                  {node_of[n] for n in table.holders[table.starts[i]:ends[i]].tolist()}, round(float(spread[i]), 9))
+            for i, key in enumerate(keys)}
+
+
+def test_the_tables_kept_line_by_line_are_the_tables_of_all_lines(conversation, embedder, tmp_path):
+    """After adds, the line table and spreading graph brought up to date line by line (a new heading named by an old
+    line, a new speaker, new lines beside old ones) read as the ones a fresh view lays out from every line."""
+    bank = heuristic_bank(tmp_path, embedder)
+    bank.ingest(ZEPHYR, "zephyr")
+    view = MemoryView(bank.session.store, view="evidence")
+    view.evidence_block("Who makes the Zephyr?", 300)
+    for text, name in ((session_text(conversation, 1), "session 1"), (CORVEX, "corvex")):
+        bank.ingest(text, name, into=bank.session.store)
+        view.evidence_block("Who makes the Zephyr?", 300)
+    grown, fresh = described(view), described(MemoryView(bank.session.store, view="evidence"))
+    assert grown == fresh
+    assert {"Corvex Cycles"} in [facts[5] for facts in grown.values()]  # the old line names the new heading

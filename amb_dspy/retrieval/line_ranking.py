@@ -1,13 +1,14 @@
 """The evidence view's line scores as array arithmetic, over what a bank revision fixes (:class:`LineTable`).
 
-A ``<memory>`` block is written on every executor step and every ``memory_context`` call, and it scores every
-source line of the bank: what depends only on the bank (which nodes hold a line, the lines around it, whether it
-asks, who says it, the heading over it and the headings it names) is laid out once per revision, and a question's scores are a few vector operations
-(``amb_dspy.memory.view`` says what the terms mean).
+A ``<memory>`` block is written on every executor step and every ``memory_context`` call: what depends only on the
+bank (which nodes hold a line, the lines around it, whether it asks, who says it, the heading over it and the headings
+it names) is laid out as lines arrive (:class:`LineLayout`) and fixed per revision in a :class:`LineTable`, and a
+question's scores are a few vector operations (``amb_dspy.memory.view`` says what the terms mean).
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,21 +43,12 @@ class LineTable:
               speakers: Sequence[str] | None = None, headings: Sequence[str] | None = None) -> LineTable:
         """``places[i]``: line i's (entry id, start offset); ``holders[i]``: the numbers of the nodes that hold
         it (at least one); ``texts[i]``: its text; ``speakers[i]``: who says it, lower-case ("": nobody named);
-        ``headings[i]``: the heading over its paragraph ("": none)."""
-        order = sorted(range(len(places)), key=lambda i: places[i])
-        before, after = np.full(len(places), -1), np.full(len(places), -1)
-        for a, b in zip(order, order[1:]):
-            if places[a][0] == places[b][0]:
-                after[a], before[b] = b, a
-        sizes = [len(held) for held in holders]
-        speakers = list(speakers) if speakers is not None else [""] * len(places)
-        names = tuple(sorted({name for name in speakers if name}))
-        number = {name: i for i, name in enumerate(names)}
-        return cls(holders=np.array([n for held in holders for n in held], dtype=np.int64),
-                   starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
-                   before=before, after=after, asks=np.array([t.rstrip().endswith("?") for t in texts], dtype=bool),
-                   speakers=np.array([number.get(name, -1) for name in speakers], dtype=np.int64), speaker_names=names,
-                   **_heading_links(texts, list(headings) if headings is not None else [""] * len(places)))
+        ``headings[i]``: the heading over its paragraph ("": none). Speakers and headings are numbered as they
+        first appear (:class:`LineLayout`)."""
+        layout = LineLayout()
+        for i, (place, text) in enumerate(zip(places, texts)):
+            layout.add(place, text, speakers[i] if speakers is not None else "", headings[i] if headings is not None else "")
+        return layout.table(holders)
 
     def bridged(self, seeds: dict[int, float]) -> np.ndarray:
         """Per line, the best score of a seed line (line -> score) that names the heading over the line's paragraph
@@ -91,24 +83,85 @@ class LineTable:
                 + spread_weight * spread)
 
 
-def _heading_links(texts: Sequence[str], headings: Sequence[str]) -> dict:
-    """The headings as numbers per line, and which other paragraphs' headings each line names: all the words of
-    a heading without its parenthesis ("Front Row (software)" is named by "the Front Row media program")."""
-    titles = tuple(sorted({heading for heading in headings if heading}))
-    number = {title: i for i, title in enumerate(titles)}
-    words = [frozenset(terms(_PARENTHESIS.sub(" ", title))) for title in titles]
-    by_word: dict[str, list[int]] = {}
-    for i, title_words in enumerate(words):
+class LineLayout:
+    """What a :class:`LineTable` reads of each line, kept as lines are added (:meth:`add`), so that a bank's
+    table is laid out once and brought up to date line by line, never again from every line's text: the
+    lines beside each line (lines may arrive out of their text's order), whether it asks, its speaker and
+    heading (numbered as they first appear) and the other paragraphs' headings it names (a new heading is
+    looked for among the old lines by its words)."""
+
+    def __init__(self):
+        self.before: list[int] = []
+        self.after: list[int] = []
+        self.asks: list[bool] = []
+        self.speakers: list[int] = []
+        self.speaker_names: dict[str, int] = {}
+        self.headings: list[int] = []  # -1: no heading
+        self.titles: dict[str, int] = {}
+        self.mentions: list[list[int]] = []  # per line, sorted
+        self._entries: dict[str, list[tuple[int, int]]] = {}  # entry id -> its lines' (start, line), sorted
+        self._title_words: list[frozenset[str]] = []
+        self._titles_by_word: dict[str, list[int]] = {}  # a title's least word -> the titles
+        self._line_words: list[set[str]] = []
+        self._lines_with: dict[str, list[int]] = {}  # word -> the lines that hold it
+
+    def __len__(self) -> int:
+        return len(self.asks)
+
+    def add(self, place: tuple[str, int], text: str, speaker: str = "", heading: str = "") -> None:
+        """Line ``len(self)``: at ``place`` (entry id, start offset), reading ``text``, said by ``speaker`` (lower
+        case; "" nobody named) under ``heading`` ("": none)."""
+        line = len(self.asks)
+        self._place(line, place)
+        self.asks.append(text.rstrip().endswith("?"))
+        self.speakers.append(self.speaker_names.setdefault(speaker, len(self.speaker_names)) if speaker else -1)
+        own = self._title(heading) if heading else -1
+        self.headings.append(own)
+        line_words = set(terms(text))
+        self._line_words.append(line_words)
+        for word in line_words:
+            self._lines_with.setdefault(word, []).append(line)
+        named = {i for word in line_words for i in self._titles_by_word.get(word, ())
+                 if i != own and self._title_words[i] <= line_words}
+        self.mentions.append(sorted(named))
+
+    def _place(self, line: int, place: tuple[str, int]) -> None:
+        entry = self._entries.setdefault(place[0], [])
+        at = bisect.bisect_right(entry, (place[1], line))
+        previous, following = entry[at - 1][1] if at else -1, entry[at][1] if at < len(entry) else -1
+        entry.insert(at, (place[1], line))
+        self.before.append(previous)
+        self.after.append(following)
+        if previous >= 0:
+            self.after[previous] = line
+        if following >= 0:
+            self.before[following] = line
+
+    def _title(self, heading: str) -> int:
+        """The heading's number; a new heading is named by the old lines that hold all its words (without its
+        parenthesis: "Front Row (software)" is named by "the Front Row media program")."""
+        if heading in self.titles:
+            return self.titles[heading]
+        number = self.titles[heading] = len(self.titles)
+        title_words = frozenset(terms(_PARENTHESIS.sub(" ", heading)))
+        self._title_words.append(title_words)
         if title_words:
-            by_word.setdefault(min(title_words), []).append(i)
-    mentions = []
-    for text, heading in zip(texts, headings):
-        line_words = set(terms(text)) if by_word else set()
-        own = number.get(heading, -1)
-        mentions.append(tuple(sorted({i for word in line_words for i in by_word.get(word, ())
-                                      if i != own and words[i] <= line_words})))
-    return {"headings": np.array([number.get(h, len(titles)) for h in headings], dtype=np.int64),
-            "mentions": tuple(mentions), "titles": titles}
+            self._titles_by_word.setdefault(min(title_words), []).append(number)
+            for line in self._lines_with.get(min(title_words), ()):
+                if self.headings[line] != number and title_words <= self._line_words[line]:
+                    bisect.insort(self.mentions[line], number)
+        return number
+
+    def table(self, holders: Sequence[Sequence[int]]) -> LineTable:
+        """The table of the lines so far; ``holders[i]``: the numbers of the nodes that hold line i."""
+        sizes = [len(held) for held in holders]
+        headings = np.array(self.headings, dtype=np.int64)
+        return LineTable(holders=np.fromiter((n for held in holders for n in held), dtype=np.int64, count=sum(sizes)),
+                         starts=np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+                         before=np.array(self.before, dtype=np.int64), after=np.array(self.after, dtype=np.int64),
+                         asks=np.array(self.asks, dtype=bool), speakers=np.array(self.speakers, dtype=np.int64),
+                         speaker_names=tuple(self.speaker_names), headings=np.where(headings < 0, len(self.titles), headings),
+                         mentions=tuple(map(tuple, self.mentions)), titles=tuple(self.titles))
 
 
 def best_first(scores: np.ndarray) -> np.ndarray:

@@ -15,19 +15,55 @@ lines that match it best, by line score x idf. A line's share is then what the w
 restart at the line itself, so a line that shares a bridge name with a matching line, but none of the
 query's words, gets a share like the matching line's own. :meth:`SpreadingGraph.spread` returns each
 line's visit probability, scaled to a maximum of 1, as its square root: visit probabilities are
-heavy-tailed (the seeded lines take most), and the root keeps a bridge line's share from vanishing beside them. Power iteration over a ``scipy.sparse`` matrix; the
-same inputs give the same scores (no randomness, fixed iteration count).
+heavy-tailed (the seeded lines take most), and the root keeps a bridge line's share from vanishing beside them.
+
+The walk stays in the question's neighbourhood: the PageRank is worked out by *pushing* (Andersen, Chung and
+Lang 2006, all vertices over the threshold at once): a vertex keeps ``1 - damping`` of the mass that reaches it
+and passes the rest to its neighbours, and only a vertex holding more than ``tolerance`` x its degree passes
+anything on. The work follows the mass, not the bank; what is never passed on is at most ``tolerance`` x a
+line's degree of that line's visit probability (the bound of Andersen et al. for an undirected graph), far
+below any share that moves a ranking. The same inputs give the same scores (no randomness).
+
+Lines arrive one by one (:class:`TermLines` numbers their terms once, as they come); the weights do not: a
+term's idf and whether it is common depend on every line, so :meth:`SpreadingGraph.from_lines` assembles the
+weighted matrix from the kept numbers as array arithmetic, without reading a line's words again.
 """
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Sequence
 
 import numpy as np
 
-ITERATIONS = 30
+TOLERANCE = 1e-9  # mass a vertex may keep unpassed, per unit of its degree
+
+
+class TermLines:
+    """Each line's terms as numbers (a term is numbered where it first appears), kept as lines are added."""
+
+    def __init__(self, line_terms: Sequence[Sequence[str]] = ()):
+        self.term_index: dict[str, int] = {}
+        self._chunks: list[np.ndarray] = []  # per line added since the last :meth:`arrays`, its term numbers
+        self._ids, self._ends = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        for terms in line_terms:
+            self.add(terms)
+
+    def __len__(self) -> int:
+        return len(self._ends) + len(self._chunks)
+
+    def add(self, terms: Sequence[str]) -> None:
+        """One more line, of the words ``terms`` (repeats count once)."""
+        self._chunks.append(np.array(sorted({self.term_index.setdefault(t, len(self.term_index)) for t in terms}),
+                                     dtype=np.int64))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The term numbers of every line, one after another, and where each line's end (CSR without its 0)."""
+        if self._chunks:
+            ends = self._ends[-1] if len(self._ends) else 0
+            self._ends = np.concatenate([self._ends, ends + np.cumsum([len(c) for c in self._chunks])])
+            self._ids = np.concatenate([self._ids, *self._chunks])
+            self._chunks = []
+        return self._ids, self._ends
 
 
 class SpreadingGraph:
@@ -38,62 +74,95 @@ class SpreadingGraph:
                  max_df: float = 0.05, node_weight: float = 1.0):
         """``line_terms[i]``: line i's words; ``line_nodes[i]``: the nodes (indices into ``node_terms``) that
         hold it; ``node_terms[j]``: node j's keyword words; ``node_links``: related node pairs."""
+        sizes = np.array([len(held) for held in line_nodes], dtype=np.int64)
+        holders = np.array([n for held in line_nodes for n in held], dtype=np.int64)
+        self._assemble(TermLines(line_terms), holders, np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64),
+                       node_terms, node_links, max_df, node_weight)
+
+    @classmethod
+    def from_lines(cls, lines: TermLines, holders: np.ndarray, starts: np.ndarray, node_terms: Sequence[Sequence[str]],
+                   node_links: Sequence[tuple[int, int]], *, max_df: float = 0.05,
+                   node_weight: float = 1.0) -> SpreadingGraph:
+        """The graph of the lines kept in ``lines``; line i is held by the nodes ``holders[starts[i]:starts[i + 1]]``
+        (as :class:`~amb_dspy.retrieval.line_ranking.LineTable` keeps them)."""
+        graph = cls.__new__(cls)
+        graph._assemble(lines, holders, starts, node_terms, node_links, max_df, node_weight)
+        return graph
+
+    def _assemble(self, lines: TermLines, holders: np.ndarray, starts: np.ndarray, node_terms, node_links,
+                  max_df: float, node_weight: float) -> None:
         from scipy import sparse
 
-        self.n_lines, self.n_nodes = len(line_terms), len(node_terms)
-        self.line_terms = [sorted(set(terms)) for terms in line_terms]
-        df = Counter(term for terms in line_terms for term in set(terms))
-        limit = max(2, int(max_df * self.n_lines))
-        vocabulary = sorted(t for t, count in df.items() if count <= limit)  # sorted: the same matrix every run
-        self.term_index = {t: i for i, t in enumerate(vocabulary)}
-        self.idf = {t: math.log(1 + self.n_lines / df[t]) for t in vocabulary}
-        offset_nodes, offset_terms = self.n_lines, self.n_lines + self.n_nodes
-        rows, cols, weights = [], [], []
-
-        def edge(a: int, b: int, weight: float) -> None:
-            rows.extend((a, b))
-            cols.extend((b, a))
-            weights.extend((weight, weight))
-
-        for line, terms in enumerate(line_terms):
-            for term in sorted(set(terms)):
-                if term in self.term_index:
-                    edge(line, offset_terms + self.term_index[term], self.idf[term])
-            for node in line_nodes[line]:
-                edge(line, offset_nodes + node, node_weight)
-        for a, b in node_links:
-            edge(offset_nodes + a, offset_nodes + b, node_weight)
-        for node, terms in enumerate(node_terms):
-            for term in sorted(set(terms)):
-                if term in self.term_index:
-                    edge(offset_nodes + node, offset_terms + self.term_index[term], self.idf[term])
-        size = offset_terms + len(vocabulary)
-        adjacency = sparse.csr_matrix((weights, (rows, cols)), shape=(size, size), dtype=np.float64)
+        ids, ends = lines.arrays()
+        self.n_lines, self.n_nodes = len(ends), len(node_terms)
+        self.term_index, self._ids, self._ends = lines.term_index, ids, ends
+        df = np.bincount(ids, minlength=len(lines.term_index)).astype(np.float64)
+        common = df > max(2, int(max_df * self.n_lines))
+        self.column = np.where(common, -1, np.cumsum(~common) - 1)  # term number -> its vertex among the terms
+        self.idf = np.where(common, 0.0, np.log1p(self.n_lines / np.maximum(df, 1.0)))
+        self.offset_terms = self.n_lines + self.n_nodes
+        line_of = np.repeat(np.arange(self.n_lines), np.diff(np.concatenate([[0], ends])))
+        kept = ~common[ids]
+        node_of = np.repeat(np.arange(self.n_nodes), [len(set(t)) for t in node_terms]).astype(np.int64)
+        keyword = np.array([self.term_index.get(t, -1) for terms in node_terms for t in sorted(set(terms))],
+                           dtype=np.int64)
+        known = keyword >= 0
+        known[known] = ~common[keyword[known]]
+        links = np.array(node_links, dtype=np.int64).reshape(-1, 2)
+        held_by = np.repeat(np.arange(self.n_lines), np.diff(np.concatenate([starts, [len(holders)]])))
+        # each edge once, as (a, b, weight): line -- term, line -- node, node -- node, node -- keyword term
+        a = np.concatenate([line_of[kept], held_by, self.n_lines + links[:, 0], self.n_lines + node_of[known]])
+        b = np.concatenate([self.offset_terms + self.column[ids[kept]], self.n_lines + holders,
+                            self.n_lines + links[:, 1], self.offset_terms + self.column[keyword[known]]])
+        weights = np.concatenate([self.idf[ids[kept]], np.full(len(held_by) + len(links), node_weight),
+                                  self.idf[keyword[known]]])
+        self.size = self.offset_terms + int((~common).sum())
+        adjacency = sparse.csc_matrix((np.concatenate([weights, weights]), (np.concatenate([a, b]), np.concatenate([b, a]))),
+                                      shape=(self.size, self.size), dtype=np.float64)
         degree = np.asarray(adjacency.sum(axis=0)).ravel()
-        degree[degree == 0] = 1.0
-        self.walk = (adjacency @ sparse.diags(1.0 / degree)).tocsr()  # column-stochastic
-        self.size, self.offset_terms = size, offset_terms
+        self.degree = np.where(degree == 0, 1.0, degree)
+        self.walk = (adjacency @ sparse.diags(1.0 / self.degree)).tocsc()  # column-stochastic
+        self._edges = np.diff(self.walk.indptr)  # per vertex, its edges: what passing its mass on costs
 
-    def spread(self, query_terms: Sequence[str], line_seeds: dict[int, float], damping: float = 0.5) -> np.ndarray:
-        """Each line's personalized PageRank from the query's terms (by idf) and the terms of ``line_seeds``
-        (line -> weight; each line's terms share its weight by idf), scaled to a maximum of 1, square-rooted;
-        zeros when nothing seeds the walk."""
+    def _passed(self, active: np.ndarray, mass: np.ndarray) -> np.ndarray:
+        """What the ``active`` vertices pass on of ``mass``: through their own columns of the walk while they are
+        few (the work follows them), through the whole walk once their edges are a good share of all."""
+        if self._edges[active].sum() < self.walk.nnz // 4:
+            return self.walk[:, active] @ mass
+        spread = np.zeros(self.size)
+        spread[active] = mass
+        return self.walk @ spread
+
+    def _seed(self, query_terms: Sequence[str], line_seeds: dict[int, float]) -> np.ndarray:
         seed = np.zeros(self.size)
         for term in query_terms:
-            if term in self.term_index:
-                seed[self.offset_terms + self.term_index[term]] += self.idf[term]
+            number = self.term_index.get(term, len(self.column))  # the index is shared: later lines add terms
+            if number < len(self.column) and self.column[number] >= 0:
+                seed[self.offset_terms + self.column[number]] += self.idf[number]
         for line, weight in line_seeds.items():
-            terms = [t for t in self.line_terms[line] if t in self.term_index]
-            total = sum(self.idf[t] for t in terms)
-            for term in terms:
-                seed[self.offset_terms + self.term_index[term]] += max(weight, 0.0) * self.idf[term] / total
-        total = seed.sum()
+            numbers = self._ids[(self._ends[line - 1] if line else 0):self._ends[line]]
+            numbers = numbers[self.column[numbers] >= 0]
+            if len(numbers):
+                share = self.idf[numbers] / self.idf[numbers].sum()
+                np.add.at(seed, self.offset_terms + self.column[numbers], max(weight, 0.0) * share)
+        return seed
+
+    def spread(self, query_terms: Sequence[str], line_seeds: dict[int, float], damping: float = 0.5,
+               tolerance: float = TOLERANCE) -> np.ndarray:
+        """Each line's personalized PageRank from the query's terms (by idf) and the terms of ``line_seeds``
+        (line -> weight; each line's terms share its weight by idf), scaled to a maximum of 1, square-rooted;
+        zeros when nothing seeds the walk. Pushed, not iterated over the whole graph (the module docstring)."""
+        residual = self._seed(query_terms, line_seeds)
+        total = residual.sum()
         if total <= 0:
             return np.zeros(self.n_lines)
-        seed /= total
-        scores = seed.copy()
-        for _ in range(ITERATIONS):
-            scores = (1 - damping) * seed + damping * (self.walk @ scores)
-        lines = scores[: self.n_lines]
+        residual /= total
+        visits, threshold = np.zeros(self.size), tolerance * self.degree
+        while len(active := np.flatnonzero(residual > threshold)):
+            mass = residual[active]
+            residual[active] = 0.0
+            visits[active] += (1 - damping) * mass
+            residual += damping * self._passed(active, mass)
+        lines = visits[: self.n_lines]
         top = lines.max()
         return np.sqrt(lines / top) if top > 0 else lines

@@ -47,7 +47,8 @@ ranking of every line would give wherever the budget is spent within the candida
 checks it on a real bank). The lines are laid out and indexed as nodes arrive
 (:class:`~amb_dspy.memory.view.line_index.LineIndex`); the summary view still ranks every line.
 
-The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, laid out once per bank revision. Lines are shown with
+The arithmetic is :class:`~amb_dspy.retrieval.line_ranking.LineTable`'s, kept line by line as nodes arrive and fixed per
+bank revision; the spreading is pushed from the question's seeds, so its work follows the question too. Lines are shown with
 their relative dates resolved (:mod:`amb_dspy.memory.dates`; ``metadata["dates"]`` of the entry when ingest
 recorded them), and a run of lines with one date (``[8 May, 2023] ...``, the stamp without its time of day)
 shows it once.

@@ -7,8 +7,10 @@ hybrid index (BM25 and FAISS, both incremental), so a question costs no re-index
 Only a removed node (a merge) lays everything out again, from the embeddings already made.
 
 The tables a question's ranking reads over all lines (:class:`~amb_dspy.retrieval.line_ranking.LineTable`, the
-:class:`~amb_dspy.retrieval.spreading.SpreadingGraph`) are built again when the graph changed, at the first
-question after it, not on every question.
+:class:`~amb_dspy.retrieval.spreading.SpreadingGraph`) are kept up to date line by line too
+(:class:`~amb_dspy.retrieval.line_ranking.LineLayout`, :class:`~amb_dspy.retrieval.spreading.TermLines`): when the
+graph changed, the first question after it only assembles them from what was kept, as array arithmetic (a term's
+idf, and so every weight of the spreading, depends on all lines; no line's text is read again).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, pieces, speaker_of
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import terms
-from amb_dspy.retrieval.line_ranking import LineTable
-from amb_dspy.retrieval.spreading import SpreadingGraph
+from amb_dspy.retrieval.line_ranking import LineLayout, LineTable
+from amb_dspy.retrieval.spreading import SpreadingGraph, TermLines
 from amb_dspy.storage import QueryGraphNode
 
 
@@ -42,9 +44,8 @@ class LineIndex:
         self.index: HybridIndex | None = None
         self._position: dict[tuple[str, int, int], int] = {}
         self._indexed: list[str] = []  # per line, what its index entry reads (its heading and label, its text)
-        self._terms: list[list[str]] = []  # per line, its words as the spreading matches them
-        self._speakers: list[str] = []
-        self._headings: list[str] = []
+        self._layout = LineLayout()  # per line, what the line table reads
+        self._terms = TermLines()  # per line, its words as the spreading matches them
         self._laid: dict[str, tuple] = {}  # node id -> the sources laid out for it
         self._seen: tuple = ()  # the store's (revision, node count) when last laid out
         self._tables: tuple = (None, None, None, {})  # (the store's revision, spreading graph, line table, node numbers)
@@ -88,11 +89,10 @@ class LineIndex:
         self._position[key] = len(self.lines)
         self.lines.append(Evidence(entry_id, start, end, text[start:end], node_id))
         heading = heading_of(text, line_start, self.count)
-        self._headings.append(heading)
         label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
         self._indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
-        self._terms.append(terms(text[start:end]))
-        self._speakers.append(speaker_of(text[line_start:end]))
+        self._layout.add((entry_id, start), text[start:end], speaker_of(text[line_start:end]), heading)
+        self._terms.add(terms(text[start:end]))
         self.holders.append([])
 
     def _index_new(self, first: int) -> None:
@@ -112,10 +112,8 @@ class LineIndex:
             nodes = list(self.store.graph.nodes_dict.values())
             number = {node.id: i for i, node in enumerate(nodes)}
             links = sorted({tuple(sorted((number[n.id], number[o]))) for n in nodes for o in n.links if o in number})
-            numbered = [[number[n] for n in held] for held in self.holders]
-            spreading = SpreadingGraph(self._terms, numbered,
-                                       [terms(" ".join(node.keywords)) for node in nodes], links)
-            table = LineTable.build([(line.entry_id, line.start) for line in self.lines], numbered,
-                                    [line.text for line in self.lines], self._speakers, self._headings)
+            table = self._layout.table([[number[n] for n in held] for held in self.holders])
+            spreading = SpreadingGraph.from_lines(self._terms, table.holders, table.starts,
+                                                  [terms(" ".join(node.keywords)) for node in nodes], links)
             self._tables = (signature, spreading, table, number)
         return self._tables[1:]
