@@ -274,6 +274,16 @@ class LongTermStore(ABC):
         """The writers' lock of an embedded store (no-op for a server, which orders writes itself)."""
         return self.ledger.writing() if self.ledger else nullcontext()
 
+    def _keep_ledger(self, ledger: Ledger) -> None:
+        """Check this freshly opened store against ``ledger`` (closing it, and raising, when it holds fewer
+        items than recorded), then record its writes there."""
+        try:
+            ledger.check_count(self._count())
+        except Exception:
+            self.close()
+            raise
+        self.ledger = ledger
+
     def _commit(self, change: Change) -> None:
         """Apply ``change`` and, for an embedded store, record its new item count in the ledger."""
         with self._writing():

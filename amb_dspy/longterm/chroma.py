@@ -125,12 +125,7 @@ class ChromaStore(LongTermStore):
             path.mkdir(parents=True, exist_ok=True)
             client = chromadb.PersistentClient(path=str(path), settings=_settings())
             store = cls(client, str(path), embedder, **options)
-            try:
-                ledger.check_count(store._count())
-            except StoreUnavailableError:
-                store.close()
-                raise
-        store.ledger = ledger
+            store._keep_ledger(ledger)
         return store
 
     @classmethod

@@ -140,12 +140,7 @@ class QdrantEdgeStore(LongTermStore):
                     folder.release_owner()
 
         store = cls(folder, embedder, release, **options)
-        try:
-            ledger.check_count(store._count())
-        except StoreUnavailableError:
-            store.close()
-            raise
-        store.ledger = ledger
+        store._keep_ledger(ledger)
         return store
 
     def _reaching(self, doing: str = ""):
