@@ -20,15 +20,14 @@ shape)::
 from __future__ import annotations
 
 from amb_dspy.agents.fallback.answer import evidence_lines
-from amb_dspy.lm import LMCallCapReached, is_tiny
+from amb_dspy.lm import is_tiny
 from amb_dspy.retrieval.keyword import STOPWORDS, stem, terms
 from amb_dspy.storage import TaskKind
-from amb_dspy.task.answering import EXTRACTIVE_TERMINATION, accepted, resolved
+from amb_dspy.task.answering import accepted, resolved
 from amb_dspy.task.executor import ExecutionResult
 from amb_dspy.task.grounding import content_terms, ordered_terms
 from amb_dspy.task.loop import TaskLoop
 from amb_dspy.task.state import revised
-from amb_dspy.task.tool_failures import tool_termination
 from amb_dspy.text import words
 from amb_dspy.tools.search import NO_BACKEND
 
@@ -44,28 +43,17 @@ class DirectAnswer(TaskLoop):
     """The direct strategy over ``session``'s task (see the module docstring); a :class:`TaskLoop` whose run
     is one pass, so resuming, checkpoints, images and hops work as they do there."""
 
-    def run(self, context: str = "", resumed: bool = False) -> str:
-        """Remember the context, search when memory falls short, answer once; returns how the run ended."""
+    def work(self, context: str, resumed: bool) -> str:
+        """Remember the context, search when memory falls short, answer once (the ending is
+        :meth:`TaskLoop.run`'s)."""
         session, state = self.session, self.state
-        termination = "goal_met"
-        try:
-            if not resumed and context.strip():
-                session.emit("initialise")
-                session.memory.convert(state, context, {"source": "user_context"})
-            self.search_when_short()
-            self.checkpoint()
-            self.answer()
-            if state.extractive:
-                termination = EXTRACTIVE_TERMINATION
-        except LMCallCapReached as exc:
-            termination = "lm_call_cap"
-            state.errors.append(str(exc))
-        finally:
-            if session.images is not None:
-                session.images.cleanup(state.doc_id)
-        if termination == "goal_met" and not state.answer:
-            termination = "no_answer"
-        return tool_termination(state, termination)
+        if not resumed and context.strip():
+            session.emit("initialise")
+            session.memory.convert(state, context, {"source": "user_context"})
+        self.search_when_short()
+        self.checkpoint()
+        self.answer()
+        return "goal_met"
 
     def missing_terms(self, searched: list[str]) -> list[str]:
         """The goal's content words that ``<memory>`` does not hold, in the goal's order (the ``searched``

@@ -62,22 +62,12 @@ class TaskLoop:
         return self.session.store
 
     def run(self, context: str = "", resumed: bool = False) -> str:
-        """Initialise (unless resumed), execute until done or capped, answer; returns how the run ended."""
+        """Work the task (:meth:`work`) and say how it ended: the LM-call cap, an extractive answer, no answer
+        and sources that all failed are each an ending of their own; the task's staged images are removed."""
         session, state = self.session, self.state
         termination = "running"
         try:
-            if not resumed:
-                self.initialise(context)
-                self.checkpoint()
-            while True:
-                termination = self.stop_reason() or ("loop_cap" if state.loops >= session.config.loops.max_loops else "")
-                if termination:
-                    break
-                state.loops += 1
-                self.step()
-                self.checkpoint()
-            self.final_answer()
-            session.keep_unasked()  # resumed in the final pass: what it did not ask again is kept
+            termination = self.work(context, resumed)
             if state.extractive:
                 termination = EXTRACTIVE_TERMINATION  # never goal_met: no LM answered
         except LMCallCapReached as exc:
@@ -88,7 +78,24 @@ class TaskLoop:
                 session.images.cleanup(state.doc_id)
         if termination == "goal_met" and not state.answer:
             termination = "no_answer"  # the goal is met only by an answer
-        return tool_termination(self.state, termination)  # nor by sources that all failed
+        return tool_termination(state, termination)  # nor by sources that all failed
+
+    def work(self, context: str, resumed: bool) -> str:
+        """Initialise (unless resumed), execute until done or capped, answer; returns why the loop stopped."""
+        session, state = self.session, self.state
+        if not resumed:
+            self.initialise(context)
+            self.checkpoint()
+        while True:
+            termination = self.stop_reason() or ("loop_cap" if state.loops >= session.config.loops.max_loops else "")
+            if termination:
+                break
+            state.loops += 1
+            self.step()
+            self.checkpoint()
+        self.final_answer()
+        session.keep_unasked()  # resumed in the final pass: what it did not ask again is kept
+        return termination
 
     def checkpoint(self) -> None:
         if self.session.config.paths.checkpoint_dir is not None:
