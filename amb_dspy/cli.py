@@ -151,7 +151,7 @@ def _print_run(console, result) -> None:
     for cited in result.citations:
         console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
     if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
-        console.print("answer: extractive (the best evidence line of memory; no LM answer parsed)", highlight=False)
+        console.print("answer: extractive (quoted from memory: no LM answer was given or accepted; see the notes)", highlight=False)
     typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
 
 

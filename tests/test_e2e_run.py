@@ -52,6 +52,7 @@ def test_amb_run_with_the_local_model_exports_a_consistent_bank(tmp_path, embedd
     assert "strategy: direct (the embedded SmolLM2-135M is a tiny model" in done.stderr
     answer = done.stdout.strip().splitlines()[-1]
     assert answer and answer != "(no answer)" and "{" not in answer, "an answer is printed last on stdout"
+    assert "Sennet" in answer  # the notes name the city, the corpus the river that flows through it
     assert "termination: goal_met" in done.stderr or "termination: extractive_answer" in done.stderr
     assert "\ncited " in done.stderr and re.search(r"tools: searches [12] ", done.stderr)  # what the notes lack
 

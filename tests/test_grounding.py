@@ -26,7 +26,7 @@ from test_bank import (
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.task.grounding import ungrounded
+from amb_dspy.task.grounding import uncopied, ungrounded
 
 MEMORY = f"Memory 1 (node aaaaaaaa11):\n{FESTIVAL}\n{CITY}"
 PLACEHOLDER, NOISE, UNRELATED = "{answer}", "XQZVTKWPLMRSTNBDFGHJKLQWRTY 9x9x9x9x9x9x ##@@!!", "Paris is the capital of France."
@@ -143,3 +143,20 @@ def test_a_step_answer_that_is_ungrounded_is_not_kept_as_the_runs_answer(config,
     result = MemoryBank(config, lm=lm, embedder=embedder).run(GOAL, context=FESTIVAL)
     assert result.answer == FESTIVAL and result.extractive
     assert sum("not accepted" in e for e in result.errors) == 3  # the step, the executor's answer, the last answer
+
+
+LINES = ["The River Sennet flows through the middle of Marrowick.",
+         "The festival takes place every year on the last Saturday of September."]
+TWO_PART_GOAL = "Which river flows through Marrowick, and when does the festival take place?"
+
+
+@pytest.mark.parametrize("answer, reason", [
+    ("The River Sennet flows through Marrowick. It takes place on the last Saturday of September.", ""),
+    ("The Sennet flows through Marrowick on the last Saturday of September.", "is not in any one line shown"),
+    ("The River Sennet flows through the middle of Marrowick.", "leaves out what the lines hold of festival, take, place"),
+    # a sentence that only repeats the goal rests on no line, so it covers nothing
+    ("The River Sennet flows. When does the festival take place?", "leaves out what the lines hold of festival, take, place"),
+])
+def test_a_tiny_lms_answer_must_copy_the_lines_it_was_shown_and_hold_what_they_hold(answer, reason):
+    said = uncopied(answer, LINES, TWO_PART_GOAL)
+    assert said.endswith(reason) if reason else said == ""

@@ -82,12 +82,16 @@ def test_a_strategy_that_does_not_exist_fails_in_one_line(monkeypatch, tmp_path)
     assert CliRunner().invoke(app, ["eval", "--n", "1"]).exit_code == 2
 
 
+COPIED = ("Port Merrow is a harbour city on the Gull Coast, and the river Calder flows through it into the bay. "
+          "The Tidewater Lantern Festival is held in Port Merrow.")
+
+
 def test_a_tiny_lm_answers_in_one_call_after_searching_what_memory_lacks(config, embedder):
-    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": "The Calder"}})  # any other call fails: no script
+    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": COPIED}})  # any other call fails: no script
     events = []
     bank = MemoryBank(config, lm=lm, embedder=embedder, progress=events.append)
     result = bank.run(RIVER_GOAL, context=FESTIVAL)
-    assert result.answer == "The Calder" and result.termination == "goal_met" and not result.extractive
+    assert result.answer == COPIED and result.termination == "goal_met" and not result.extractive
     assert [call.route for call in lm.calls] == [SHORT_ANSWER] and result.usage["answer"]["calls"] == 1
     assert events[0].phase == "notice" and events[0].message == bank.strategy  # said first, before any work
     assert bank.strategy.startswith("strategy: direct (openai/smollm2-135m-instruct is a tiny model")
@@ -98,13 +102,36 @@ def test_a_tiny_lm_answers_in_one_call_after_searching_what_memory_lacks(config,
     store = bank.session.store
     assert any("Calder" in " ".join(text for *_, text in store.source_texts(cited["node_id"])) for cited in result.citations)
     assert "Calder" in lm.calls[0].inputs["memory"]  # the search result became memory before the answer
+    assert not any(cited["source"].startswith("Search for") for cited in result.citations)  # the results, not the query
 
 
 def test_memory_that_covers_the_goal_is_answered_without_a_search(config, embedder):
-    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": "The Calder"}})
+    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": COPIED}})
     result = MemoryBank(config, lm=lm, embedder=embedder).run(RIVER_GOAL, context=f"{FESTIVAL}\n\n{CITY}")
-    assert result.answer == "The Calder" and [hop["kind"] for hop in result.hops] == ["ANSWER"]
+    assert result.answer == COPIED and [hop["kind"] for hop in result.hops] == ["ANSWER"]
     assert result.loops == 0 and len(lm.calls) == 1
+
+
+TWO_PARTS = f"{RIVER_GOAL[:-1]}, and when does the festival take place?"
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("The Calder flows through Port Merrow on the second Saturday of July.", "is not in any one line shown"),
+    ("The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year.",
+     "leaves out what the lines hold of"),
+    ("The Calder", "leaves out what the lines hold of"),
+])
+def test_a_tiny_lms_answer_that_recombines_or_leaves_out_lines_gives_way_to_the_lines_quoted(config, embedder,
+                                                                                         answer, why):
+    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": answer}})
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    result = bank.run(TWO_PARTS, context=f"{FESTIVAL}\n\n{CITY}")
+    assert result.extractive and len(lm.calls) == 1
+    assert "river Calder flows" in result.answer and "second Saturday of July" in result.answer
+    assert "Port Merrow Port Merrow" not in result.answer  # a title that the line repeats is quoted once
+    assert any(why in error and "was not accepted" in error for error in result.errors)
+    cited = " ".join(text for c in result.citations for *_, text in bank.session.store.source_texts(c["node_id"]))
+    assert "river Calder" in cited and "second Saturday of July" in cited  # each quoted line cites its node
 
 
 def test_a_capable_lm_keeps_the_full_loop_and_says_so(config, embedder):

@@ -134,9 +134,10 @@ class AgentRunner:
                 f"answer agent: its reply did not parse; the answer was read from its text ({output.reason})")
         return output
 
-    def extract(self, task_goal: str, memory: str) -> Any:
-        """The extractive answer (the answer agent's policy, counted): memory's best evidence line, cited."""
-        return self._with_policy("answer", task_goal=task_goal, memory=memory)
+    def extract(self, task_goal: str, memory: str, cover: bool = False) -> Any:
+        """The extractive answer (the answer agent's policy, counted): memory's best evidence line, or with
+        ``cover`` the lines that together cover the goal, cited."""
+        return self._with_policy("answer", task_goal=task_goal, memory=memory, cover=cover)
 
     def _with_lm(self, name: str, **inputs: Any) -> Any:
         with self.lms.use(name):

@@ -34,7 +34,7 @@ from amb_dspy.lm import LOCAL_SPEC, is_embedded
 from amb_dspy.storage import CompletedTask, Hop, InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task.adapter import NO_MEMORY
 from amb_dspy.task.executor import resolve_node_id
-from amb_dspy.task.grounding import ungrounded
+from amb_dspy.task.grounding import uncopied, ungrounded
 from amb_dspy.task.state import revised
 
 if TYPE_CHECKING:
@@ -117,10 +117,13 @@ def evidence_text(session: TaskSession, doc: InsightDoc) -> str:
     return "\n".join([memory.replace(NO_MEMORY, ""), *raw])
 
 
-def accepted(session: TaskSession, answer: str, doc: InsightDoc, where: str) -> bool:
-    """Whether ``answer`` passes as an answer (:func:`~amb_dspy.task.grounding.ungrounded`); a refusal is
-    recorded in the run's errors, so that the user sees why the run fell back."""
+def accepted(session: TaskSession, answer: str, doc: InsightDoc, where: str, copied_from: list[str] | None = None) -> bool:
+    """Whether ``answer`` passes as an answer (:func:`~amb_dspy.task.grounding.ungrounded`; with
+    ``copied_from``, the lines a tiny LM was shown, also :func:`~amb_dspy.task.grounding.uncopied`); a refusal
+    is recorded in the run's errors, so that the user sees why the run fell back."""
     reason = ungrounded(answer, evidence_text(session, doc))
+    if not reason and copied_from:
+        reason = uncopied(answer, copied_from, doc.task_goal)
     if reason and answer.strip():
         session.state.errors.append(f"{where}: the answer {' '.join(answer.split())[:80]!r} was not accepted: {reason}")
     return not reason

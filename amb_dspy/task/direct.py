@@ -11,24 +11,24 @@ shape)::
 2. when ``<memory>`` lacks a content word of the goal, the executor's ``search`` tool is called with the
    goal, and once more with what memory still lacks and the names memory holds about the goal; what
    they return becomes memory (one NORMAL hop each). No LM call;
-3. one answer call over ``<memory>`` (:meth:`~amb_dspy.agents.runner.AgentRunner.answer`; a tiny LM is shown
-   only the few lines that cover the goal, :func:`focused_memory`, as it copies the first lines it reads), checked like
+3. one answer call over ``<memory>`` (:meth:`~amb_dspy.agents.runner.AgentRunner.answer`), checked like
    every answer (:func:`~amb_dspy.task.answering.accepted`) and cited with the memory nodes it shares
-   the most words with; an answer that is not accepted gives way to the extractive answer.
+   the most words with; an answer that is not accepted gives way to the extractive answer. A tiny LM is
+   shown only the few lines that cover the goal (:func:`focused_memory`), as it copies the first lines it
+   reads; its answer must copy them faithfully, else those lines, quoted and cited, are the answer.
 """
 
 from __future__ import annotations
 
-from amb_dspy.agents.fallback.answer import evidence_lines
+from amb_dspy.agents.fallback.answer import covering_lines
 from amb_dspy.lm import is_tiny
-from amb_dspy.retrieval.keyword import STOPWORDS, stem, terms
+from amb_dspy.retrieval.keyword import STOPWORDS, stem
 from amb_dspy.storage import TaskKind
 from amb_dspy.task.answering import accepted, resolved
 from amb_dspy.task.executor import ExecutionResult
 from amb_dspy.task.grounding import content_terms, ordered_terms
 from amb_dspy.task.loop import TaskLoop
 from amb_dspy.task.state import revised
-from amb_dspy.text import words
 from amb_dspy.tools.search import NO_BACKEND
 
 __all__ = ["DirectAnswer", "focused_memory"]
@@ -36,7 +36,6 @@ __all__ = ["DirectAnswer", "focused_memory"]
 MAX_SEARCHES = 2
 MAX_CITED = 2
 MAX_NAMES = 3
-MAX_FOCUS_LINES = 4
 
 
 class DirectAnswer(TaskLoop):
@@ -104,20 +103,24 @@ class DirectAnswer(TaskLoop):
                 and name.lower() not in STOPWORDS and stem(name.lower()) not in goal_terms][:MAX_NAMES]
 
     def answer(self) -> None:
-        """One answer call over ``<memory>``; the extractive answer when it fails or is not accepted."""
+        """One answer call over ``<memory>``; the extractive answer when it fails or is not accepted. A tiny LM
+        is shown only the lines that cover the goal, and its answer must copy them
+        (:func:`~amb_dspy.task.grounding.uncopied`); else those lines, quoted, are the answer."""
         session, state = self.session, self.state
         doc = revised(self.store.insight_doc)
         memory = session.memory_adapter.memory_text(doc)
-        asked = focused_memory(memory, doc.task_goal) if is_tiny(session.lms.for_agent("answer")) else memory
+        tiny = is_tiny(session.lms.for_agent("answer"))
+        covering = covering_lines(memory, doc.task_goal) if tiny else []
         session.emit("answer", "from memory")
         before = session.meter.total()
-        output = session.runner.answer(doc.task_goal, asked or memory)
-        answer = output.answer if output is not None and accepted(session, output.answer, doc, "the answer") else ""
+        output = session.runner.answer(doc.task_goal, _grouped(covering) or memory)
+        shown = [line for line, _ in covering]
+        answer = output.answer if output is not None and accepted(session, output.answer, doc, "the answer", shown) else ""
         self.record_hop(doc, TaskKind.ANSWER, ExecutionResult(answer), before)
         if answer:
             state.answer, state.citations = answer, self.supporting_nodes(answer)
             return
-        extract = session.runner.extract(doc.task_goal, memory)
+        extract = session.runner.extract(doc.task_goal, memory, cover=tiny)
         if extract.answer:
             state.answer, state.citations = extract.answer, resolved(session, extract.cited_node_ids)
             state.extractive = True
@@ -136,41 +139,20 @@ class DirectAnswer(TaskLoop):
         return [node_id for _, node_id in ranked[:MAX_CITED]]
 
 
-
 def focused_memory(memory: str, goal: str) -> str:
-    """The few lines of ``memory`` that together cover the goal's terms, in their groups: at each turn the line
-    holding the most terms not yet covered, then the most names right beside a term of the goal ("River
-    Sennet" for "which river"), then the earliest.
+    """The few lines of ``memory`` that together cover the goal's terms
+    (:func:`~amb_dspy.agents.fallback.answer.covering_lines`), in their groups: what a tiny LM is shown, as
+    it copies the first lines it reads and what it is shown must answer every part of the goal ("which river
+    ... and when ..."). "" when no line holds a term of the goal."""
+    return _grouped(covering_lines(memory, goal))
 
-    A tiny LM answers by copying the first lines it is shown; what it is shown must answer the goal, every
-    part of it ("which river ... and when ..."). At most :data:`MAX_FOCUS_LINES` lines; "" when no line holds
-    a term of the goal.
-    """
-    goal_terms = set(terms(goal))
-    candidates = [(line, node, set(terms(line)) & goal_terms, _named_terms(line, goal_terms))
-                  for line, node in evidence_lines(memory)]
-    uncovered, chosen = set(goal_terms), []
-    while uncovered and len(chosen) < MAX_FOCUS_LINES:
-        best = max(range(len(candidates)), default=None,
-                   key=lambda i: (len(candidates[i][2] & uncovered), candidates[i][3], -i))
-        if best is None or not candidates[best][2] & uncovered:
-            break
-        line, node, covered, _ = candidates.pop(best)
-        chosen.append((line, node))
-        uncovered -= covered
+
+def _grouped(lines: list[tuple[str, str]]) -> str:
+    """``(line, node id)`` pairs as ``<memory>`` groups, consecutive lines of one node in one group."""
     groups: list[tuple[str, list[str]]] = []
-    for line, node in chosen:
+    for line, node in lines:
         if groups and groups[-1][0] == node:
             groups[-1][1].append(line)
         else:
             groups.append((node, [line]))
-    return "\n\n".join(f"Memory {i} (node {node}):\n" + "\n".join(lines) for i, (node, lines) in enumerate(groups, 1))
-
-
-def _named_terms(line: str, goal_terms: set[str]) -> int:
-    """How many capitalised words of ``line`` that are not the goal's stand right beside one of its terms."""
-    tokens = words(line)
-    stems = [next(iter(terms(token)), "") for token in tokens]
-    return sum(1 for i, token in enumerate(tokens)
-               if token[:1].isupper() and stems[i] not in goal_terms
-               and any(0 <= j < len(tokens) and stems[j] in goal_terms for j in (i - 1, i + 1)))
+    return "\n\n".join(f"Memory {i} (node {node}):\n" + "\n".join(group) for i, (node, group) in enumerate(groups, 1))

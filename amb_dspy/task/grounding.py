@@ -11,6 +11,11 @@ own knowledge, is judged by its form alone.
 
     ungrounded("{answer}", memory)              -> "a template placeholder"
     ungrounded("The Sennet.", "... the River Sennet flows through Marrowick ...")  -> ""
+
+A tiny LM passes fluent text through a stricter test, :func:`uncopied`: it cannot compose, only copy, so
+each of its sentences must be a copy of one line it was shown, and together they must hold what those
+lines hold of the goal; a sentence that recombines words of several lines ("the last day of the month of
+Sennet") is how a 135M model invents.
 """
 
 from __future__ import annotations
@@ -18,9 +23,9 @@ from __future__ import annotations
 import re
 
 from amb_dspy.retrieval.keyword import STOPWORDS, stem
-from amb_dspy.text import is_word, words
+from amb_dspy.text import is_word, split_sentences, words
 
-__all__ = ["content_terms", "ordered_terms", "ungrounded"]
+__all__ = ["content_terms", "ordered_terms", "uncopied", "ungrounded"]
 
 _PLACEHOLDER = re.compile(r"\{\{?\s*[\w .-]*\s*\}?\}|\[\[\s*##.*?##\s*\]\]|<\s*/?\s*answer\s*>", re.IGNORECASE)
 _YES_NO = frozenset({"yes", "no"})
@@ -64,3 +69,28 @@ def _is_prose(token: str) -> bool:
     if any(ch.isdigit() for ch in core):
         return re.fullmatch(r"[$€£]?\d[\d,./:-]*(?:st|nd|rd|th|s|%|km|m)?", core, re.IGNORECASE) is not None
     return bool(core) and is_word(core) and len(core) <= _LONGEST_WORD
+
+
+def uncopied(answer: str, lines: list[str], goal: str) -> str:
+    """Why ``answer`` is not a faithful copy of ``lines`` for ``goal`` (``""`` when it is): every sentence's
+    content words, but the goal's own, are in one line, and the sentences with those lines hold every term of
+    the goal the lines hold.
+
+        uncopied("The River Sennet flows through Marrowick.", ["The River Sennet flows through Marrowick."],
+                 "Which river flows through Marrowick?")  -> ""
+    """
+    goal_terms, line_terms = content_terms(goal), [content_terms(line) for line in lines]
+    held = goal_terms & set().union(*line_terms)
+    for sentence in split_sentences(" ".join((answer or "").split())):
+        said = content_terms(sentence)
+        extra = said - goal_terms
+        if not extra:
+            continue  # a sentence that only repeats the goal rests on no line
+        source = next((terms for terms in line_terms if extra <= terms), None)
+        if source is None:
+            return f"the sentence {sentence.strip()[:60]!r} is not in any one line shown"
+        held -= said | source
+    if held:
+        left_out = dict.fromkeys(word for word in ordered_terms(goal) if stem(word) in held)
+        return f"it leaves out what the lines hold of {', '.join(left_out)}"
+    return ""

@@ -20,6 +20,7 @@ from amb_dspy.storage import InsightDoc, QueryGraphNode
 from amb_dspy.task.adapter import image_task
 from amb_dspy.task.executor import ToolCall
 from amb_dspy.task.state import Conflict, revised
+from amb_dspy.tools.search import without_echo
 
 __all__ = ["TaskMemory"]
 
@@ -94,10 +95,11 @@ class TaskMemory:
         self.state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))
 
     def citation(self, node_id: str) -> dict[str, str]:
-        """A cited node as a user checks it: its topic and the first raw passage it was built from."""
+        """A cited node as a user checks it: its topic and the first raw passage it was built from (a search
+        response's first line, which repeats the query, left out)."""
         sources = self.store.source_texts(node_id)
-        return {"node_id": node_id, "topic": self.store.graph.node(node_id).context,
-                "source": " ".join(sources[0][3].split())[:300] if sources else ""}
+        return {"node_id": node_id, "topic": without_echo(self.store.graph.node(node_id).context),
+                "source": " ".join(without_echo(sources[0][3]).split())[:300] if sources else ""}
 
     # --- long-term memory ----------------------------------------------------------------------
     def recall(self, query: str) -> list[str]:

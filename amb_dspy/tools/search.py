@@ -7,6 +7,7 @@ line, never as an exception, because the executor shows tool output to the LM as
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import requests
@@ -94,6 +95,15 @@ def make_search_backend(settings: ToolSettings, corpus: LocalCorpus | None = Non
     if settings.serper_api_key:
         return SerperSearch(settings.serper_api_key, timeout=settings.http_timeout_s)
     return None
+
+
+_ECHO = re.compile(r"^\s*Search for '.*?' found \d+ results?:\s*")
+
+
+def without_echo(text: str) -> str:
+    """``text`` without the line :func:`format_results` opens with, which repeats the query (what a reader of
+    a cited search response needs is the results)."""
+    return _ECHO.sub("", text, count=1)
 
 
 def format_results(query: str, results: list[SearchResult], *, cut: bool = False) -> str:
