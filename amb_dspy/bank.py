@@ -31,6 +31,7 @@ from amb_dspy.memory.documents import AddResult, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
+from amb_dspy.storage.bank_names import bank_path
 from amb_dspy.task.direct import DirectAnswer
 from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
@@ -135,8 +136,10 @@ class MemoryBank:
             bank: str | Path | MemoryStore | None = None) -> RunResult:
         """Answer ``task`` with ``context`` (long text, may be empty) and optional image files.
 
-        ``bank``: a bank file (or a store) to start from, e.g. one written by :meth:`ingest`: the run works
-        on a copy of its Query Graph and Interaction Tree under a new Insight Doc; the file is not changed.
+        ``bank``: a bank file (a name in ``STORAGE_DIR/banks/`` too, see
+        :func:`~amb_dspy.storage.bank_names.bank_path`) or a store to start from, e.g. one written by
+        :meth:`ingest`: the run works on a copy of its Query Graph and Interaction Tree under a new Insight Doc;
+        the file is not changed.
         """
         started = time.monotonic()
         task = (task or "").strip()
@@ -144,7 +147,7 @@ class MemoryBank:
             raise InputError("the task is empty: say what the agent should do")
         context = self._checked_context(context)
         doc = InsightDoc(task_goal=task)
-        store, load_notices = start_store(self.embedder, bank, doc)
+        store, load_notices = start_store(self.embedder, self._located(bank), doc)
         stager = ImageStager(self.config.paths.temp_dir, self.config.paths.storage_dir)
         staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
         # Input is valid: from here on the task has a session of its own.
@@ -259,7 +262,11 @@ class MemoryBank:
                       namespace: str | None = None) -> TaskSession:
         """A task for an agent outside this bank's loop (see :mod:`amb_dspy.task.session`), on this bank's
         agents, LMs and embedding model, which its sessions share."""
-        return TaskSession.start(goal, bank=bank, namespace=namespace, images=None, **self._shared())
+        return TaskSession.start(goal, bank=self._located(bank), namespace=namespace, images=None, **self._shared())
+
+    def _located(self, bank: str | Path | MemoryStore | None) -> Path | MemoryStore | None:
+        """A bank named by path or name, as a file (:func:`~amb_dspy.storage.bank_names.bank_path`)."""
+        return bank_path(bank, self.config.paths.storage_dir) if isinstance(bank, (str, Path)) else bank
 
     def export(self, path: str | Path) -> Path:
         """Write the latest task's bank file (see ``session``); returns the file written (another name when a

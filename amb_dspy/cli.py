@@ -72,7 +72,7 @@ def run(
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here at the end"),
     max_loops: int | None = typer.Option(None, "--max-loops", min=1, help="execution-loop cap"),
-    bank_file: Path | None = typer.Option(None, "--bank", help="start from this bank (e.g. from `amb ingest`); the file is not changed"),
+    bank_file: Path | None = typer.Option(None, "--bank", help="start from this bank: a file, or a name from `amb ingest --bank NAME`; it is not changed"),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="checkpoint folder (default: STORAGE_DIR/checkpoints/<time>)"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the killed run whose checkpoint folder this is"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM for the memory agents), or auto: LM, then the deterministic policy when its answer is unusable (default)"),
@@ -175,7 +175,7 @@ def ingest(
     line and is skipped: the others are added, and the exit code is 1."""
     from rich.console import Console
 
-    from amb_dspy.memory.documents import bank_path
+    from amb_dspy.storage.bank_names import bank_path
 
     console = Console(stderr=True)
     config = _settings(lm=lm, policy=policy)
@@ -246,7 +246,7 @@ def _interrupted(bank, export: Path | None) -> str:
 
 @app.command("show")
 def show_bank(
-    bank: Path | None = typer.Argument(None, help="a bank file written by `amb run --export`"),
+    bank: Path | None = typer.Argument(None, help="a bank file written by `amb run --export`, or a bank's name (`amb ingest --bank NAME`)"),
     node: str | None = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
     html: Path | None = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
     trace: Path | None = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
@@ -254,9 +254,12 @@ def show_bank(
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
     from rich.console import Console
 
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.storage.bank_names import bank_path
     from amb_dspy.view import show
 
     try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
+        bank = bank_path(bank, AmbConfig().paths.storage_dir) if bank is not None else None
         show(Console(), bank=bank, node=node, html=html, trace=trace)
     except (UserError, OSError) as exc:
         _fail(one_line(exc))

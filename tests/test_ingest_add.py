@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 from amb_dspy.bank import MemoryBank
 from amb_dspy.cli import app
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory.documents import bank_path
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import MemoryView
 from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.storage.bank_names import bank_path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "datasets" / "demo"
@@ -134,6 +134,21 @@ def test_the_bank_grows_across_two_amb_ingest_calls_and_the_server_finds_it(tmp_
     assert len(two["interaction_tree"]["entries"]) == len(one["interaction_tree"]["entries"]) + 1
     host = ToolHost(config=AmbConfig(storage_dir=tmp_path / "storage"), embedder=None, start_session=None)
     assert host.bank_file("banks/demo.json") == target.resolve()  # memory_start_task(bank="banks/demo.json")
+    assert host.bank_file("demo") == target.resolve()  # the name amb ingest was given, as every door reads it
+    shown = CliRunner().invoke(app, ["show", "demo"])
+    assert shown.exit_code == 0 and "Marrowick" in shown.stdout, shown.output
+    asked = CliRunner().invoke(app, ["run", "Which river flows through Marrowick?", "--bank", "demo", "--lm", "local",
+                                     "--strategy", "direct", "--policy", "heuristic"])
+    assert asked.exit_code == 0 and "Sennet" in asked.stdout.strip().splitlines()[-1], asked.output
+    assert json.loads(target.read_text()) == two  # the bank a run starts from is not changed
+
+
+def test_a_bank_file_here_wins_over_a_bank_of_that_name_in_the_storage_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.json").write_text("{}")
+    assert bank_path("notes.json", tmp_path / "storage") == Path("notes.json")
+    assert bank_path("notes", tmp_path / "storage") == tmp_path / "storage" / "banks" / "notes.json"
+    assert bank_path("sub/notes.json", tmp_path / "storage") == Path("sub/notes.json")
 
 
 def test_amb_ingest_adds_the_rest_and_exits_1_when_a_file_is_skipped(tmp_path, monkeypatch, notes, embedder):

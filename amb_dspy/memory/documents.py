@@ -29,7 +29,6 @@ from amb_dspy.text import is_binary
 from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, folder_files, load_jsonl, read_document
 
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl"}
-BANKS_FOLDER = "banks"  # under STORAGE_DIR: where a bank named without a folder lives (the MCP server reads there)
 _SESSION = re.compile(r"^session_(\d+)$")
 
 
@@ -66,14 +65,6 @@ def turn_line(date: str, speaker: str, text: str, caption: str = "") -> str:
     """One turn of a dialogue as memory reads it: ``[date] Speaker: text [shares a photo: caption]``."""
     photo = f" [shares a photo: {caption}]" if caption else ""
     return f"[{date}] {speaker}: {text}{photo}"
-
-
-def bank_path(bank: str, storage_dir: Path) -> Path:
-    """Where the bank ``bank`` lives: a name without a folder (``notes``, ``notes.json``) is a file in
-    ``STORAGE_DIR/banks/``, where ``memory_start_task(bank="banks/notes.json")`` finds it; a path is itself."""
-    if "/" in bank or os.sep in bank or Path(bank).is_absolute():
-        return Path(bank).expanduser()
-    return Path(storage_dir).expanduser() / BANKS_FOLDER / (bank if Path(bank).suffix else f"{bank}.json")
 
 
 def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[str], None]) -> Iterator[NamedDocument]:

@@ -34,6 +34,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import AmbError, InputError, UserError, one_line
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.longterm import LongTermStore, StoreUnavailableError, open_store_with_fallback
+from amb_dspy.storage.bank_names import is_bank_name, named_bank
 from amb_dspy.task.session import TaskSession
 
 logger = logging.getLogger("amb_dspy.tools")
@@ -64,13 +65,16 @@ class ToolHost:
 
     def bank_file(self, bank: str | None) -> Path | None:
         """``bank`` as a readable bank file inside the storage folder or an allowed one (a relative path
-        is taken from the storage folder); InputError otherwise, before the file is even looked at."""
+        is taken from the storage folder, a bare name that is no file there from its ``banks/``, as ``amb
+        ingest --bank NAME`` writes it); InputError otherwise, before the file is even looked at."""
         if bank is None:
             return None
         roots = [self.config.paths.storage_dir.expanduser().resolve(),
                  *(Path(d).expanduser().resolve() for d in self.allowed_dirs)]
         path = Path(bank).expanduser()
         path = (path if path.is_absolute() else roots[0] / path).resolve()
+        if is_bank_name(bank) and not path.is_file():
+            path = named_bank(bank, roots[0])
         if not any(path.is_relative_to(root) for root in roots):
             raise InputError(f"bank file {bank}: outside the folders this server reads bank files from "
                              f"({', '.join(map(str, roots))}; the operator adds one with amb serve --allow-dir DIR)")
