@@ -1,4 +1,5 @@
-"""Shared fixtures: the real embedding model, loaded once per test session."""
+"""Shared fixtures: the real embedding model, loaded once per test session; the festival and city notes as
+a local corpus, and a config over it (a test file that needs another corpus or config defines its own)."""
 
 from __future__ import annotations
 
@@ -22,3 +23,23 @@ def embedder():
     model = default_embedder()
     model.embed(["warm-up"])
     return model
+
+
+@pytest.fixture(name="corpus")
+def festival_corpus(tmp_path):
+    """A local corpus of two notes: where the Tidewater Lantern Festival is held, and which river flows there."""
+    from test_bank import CITY, FESTIVAL
+
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
+    (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
+    return folder
+
+
+@pytest.fixture(name="config")
+def festival_config(tmp_path, corpus):
+    """A config over ``corpus`` whose storage and temp folders are the test's own, at most 3 loops."""
+    from amb_dspy.config import AmbConfig
+
+    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)

@@ -40,20 +40,6 @@ _GROUP_ID = re.compile(r"^Memory \d+ \(node ([0-9a-f]+)\):$", re.M)
 
 
 @pytest.fixture
-def corpus(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
-    (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
-    return folder
-
-
-@pytest.fixture
-def config(tmp_path, corpus):
-    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)
-
-
-@pytest.fixture
 def bank_file(tmp_path, config, embedder):
     """A bank ingested from the festival and city notes with the deterministic policies (no LM)."""
     bank = MemoryBank(config.model_copy(update={"policy": "heuristic"}), lm=ScriptedLM(), embedder=embedder)

@@ -40,15 +40,6 @@ def config(tmp_path, corpus):
                      policy="lm")  # what the LM path itself guarantees; the fallback policies add to it
 
 
-@pytest.fixture
-def corpus(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
-    (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
-    return folder
-
-
 NOT_SUFFICIENT = {"answer": "July?", "cited_node_ids": [], "reason": "the year is not in memory", "sufficient": False}
 
 

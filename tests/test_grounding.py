@@ -25,25 +25,10 @@ from test_bank import (
 )
 
 from amb_dspy.bank import MemoryBank
-from amb_dspy.config import AmbConfig
 from amb_dspy.task.grounding import uncopied, ungrounded
 
 MEMORY = f"Memory 1 (node aaaaaaaa11):\n{FESTIVAL}\n{CITY}"
 PLACEHOLDER, NOISE, UNRELATED = "{answer}", "XQZVTKWPLMRSTNBDFGHJKLQWRTY 9x9x9x9x9x9x ##@@!!", "Paris is the capital of France."
-
-
-@pytest.fixture(name="corpus")
-def corpus_fixture(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
-    (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
-    return folder
-
-
-@pytest.fixture(name="config")
-def config_fixture(tmp_path, corpus):
-    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)
 
 
 @pytest.fixture(name="bank_file")

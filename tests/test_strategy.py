@@ -24,20 +24,6 @@ from cli import app
 RIVER_GOAL = "Which river flows through the city where the Tidewater Lantern Festival is held?"
 
 
-@pytest.fixture(name="corpus")
-def corpus_fixture(tmp_path):
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    (folder / "festival.md").write_text(f"# Tidewater Lantern Festival\n\n{FESTIVAL}\n")
-    (folder / "city.md").write_text(f"# Port Merrow\n\n{CITY}\n")
-    return folder
-
-
-@pytest.fixture(name="config")
-def config_fixture(tmp_path, corpus):
-    return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)
-
-
 def tiny_lm(**scripts) -> ScriptedLM:
     lm = ScriptedLM(**scripts)
     lm.model = "openai/smollm2-135m-instruct"  # what a user of Ollama or llama.cpp's server would name it
