@@ -138,10 +138,24 @@ TWO_PART_GOAL = "Which river flows through Marrowick, and when does the festival
 @pytest.mark.parametrize("answer, reason", [
     ("The River Sennet flows through Marrowick. It takes place on the last Saturday of September.", ""),
     ("The Sennet flows through Marrowick on the last Saturday of September.", "is not in any one line shown"),
-    ("The River Sennet flows through the middle of Marrowick.", "leaves out what the lines hold of festival, take, place"),
-    # a sentence that only repeats the goal rests on no line, so it covers nothing
-    ("The River Sennet flows. When does the festival take place?", "leaves out what the lines hold of festival, take, place"),
+    ("The River Sennet flows through the middle of Marrowick.", "no sentence answers 'when does the festival take place'"),
+    # a sentence that only repeats the goal rests on no line, so it answers nothing
+    ("The River Sennet flows. When does the festival take place?", "no sentence answers 'when does the festival take place'"),
+    ("Every year.", "no sentence answers 'Which river flows through Marrowick'"),
+    ("Marrowick", ""),  # only the goal's words: nothing copied, nothing invented (a choice, a yes, a no)
 ])
-def test_a_tiny_lms_answer_must_copy_the_lines_it_was_shown_and_hold_what_they_hold(answer, reason):
+def test_a_tiny_lms_answer_must_copy_the_lines_it_was_shown_and_answer_every_part(answer, reason):
     said = uncopied(answer, LINES, TWO_PART_GOAL)
     assert said.endswith(reason) if reason else said == ""
+
+
+@pytest.mark.parametrize("goal, answer, answered", [
+    ("How many kilometres long is the Sennet?", "It is about 84 kilometres long.", True),
+    ("How many kilometres long is the Sennet?", "It is a slow river.", False),
+    ("What year was the festival first held?", "The festival was first held in 1887.", True),
+    ("What type of river is the Sennet?", "The Sennet is a tidal river.", True),
+    ("What type of river is the Sennet?", "The Sennet rises in the Hallow Fells.", False),
+    ("Summarise the notes.", "The Sennet rises in the Hallow Fells.", True),  # asks nothing: no part to answer
+])
+def test_each_question_wants_what_answers_it(goal, answer, answered):
+    assert (uncopied(answer, [answer], goal) == "") is answered

@@ -104,8 +104,8 @@ TWO_PARTS = f"{RIVER_GOAL[:-1]}, and when does the festival take place?"
 @pytest.mark.parametrize("answer, why", [
     ("The Calder flows through Port Merrow on the second Saturday of July.", "is not in any one line shown"),
     ("The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year.",
-     "leaves out what the lines hold of"),
-    ("The Calder", "leaves out what the lines hold of"),
+     "no sentence answers 'Which river flows"),
+    ("The Calder", "no sentence answers 'when does the festival take place'"),
 ])
 def test_a_tiny_lms_answer_that_recombines_or_leaves_out_lines_gives_way_to_the_lines_quoted(config, embedder,
                                                                                          answer, why):
