@@ -77,6 +77,8 @@ def run_one(name: str, arguments: list[str], env: dict[str, str], timeout: float
     return {"command": name, "exit": code, "seconds": seconds, "load": round(load, 2), "lm_calls": calls,
             "prompt_tokens": prompt, "termination": termination.group(1) if termination else None,
             "names_sennet": ("sennet" in answer.lower()) if arguments[0] == "run" else None,
+            # the corpus's date (the notes only repeat a blog's unchecked "mid-August"); asked by make demo alone
+            "names_date": ("last saturday of september" in answer.lower()) if "take place" in arguments[1] else None,
             "cited_sennet": ("sennet" in err.lower().split("termination:")[-1]) if arguments[0] == "run" else None,
             "answer": answer[:300], "argv": " ".join(shlex.quote(a) for a in ["amb", *arguments])}
 
@@ -84,6 +86,8 @@ def run_one(name: str, arguments: list[str], env: dict[str, str], timeout: float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeout", type=float, default=900, help="seconds one command may take")
+    parser.add_argument("--repeat", type=int, default=1, help="run the commands this many times (the embedded "
+                        "model samples at temperature 0.6, so one run's answer is one draw)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="amb-first-contact-"))
     env = {key: value for key, value in os.environ.items() if not key.startswith("AMB_")}
@@ -92,13 +96,18 @@ def main() -> None:
     if "AMB_CACHE_DIR" in os.environ:  # the exported embedding model, made once by `make install`
         env["AMB_CACHE_DIR"] = os.environ["AMB_CACHE_DIR"]
     results = []
-    for name, arguments in commands(folder):
+    for name, arguments in [command for _ in range(args.repeat) for command in commands(folder)]:
         result = run_one(name, arguments, env, args.timeout)
         results.append(result)
         print(f"{name:<22} exit {result['exit']!s:<7} {result['seconds']:>7.1f} s  load {result['load']:<5} "
               f"LM calls {result['lm_calls']!s:<4} prompt {result['prompt_tokens']!s:<6} "
               f"names the Sennet {result['names_sennet']!s:<5} | {result['answer'][:120]}", flush=True)
-    print(json.dumps({"folder": str(folder), "results": results}))
+    asked = [r for r in results if r["names_sennet"] is not None]
+    print(json.dumps({"folder": str(folder), "runs_naming_sennet": f"{sum(r['names_sennet'] for r in asked)}/{len(asked)}",
+                      "runs_citing_sennet": f"{sum(r['cited_sennet'] for r in asked)}/{len(asked)}",
+                      "demo_runs_naming_date": f"{sum(bool(r['names_date']) for r in asked if r['names_date'] is not None)}"
+                                               f"/{sum(r['names_date'] is not None for r in asked)}",
+                      "results": results}))
 
 
 if __name__ == "__main__":
