@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from amb_dspy.bank import MemoryBank
@@ -86,26 +87,24 @@ def test_a_bank_saved_without_a_question_opens_with_every_line_embedded(grown_ba
     assert block(MemoryStore.load(path, counted)) == block(reopened) and set(counted.texts) == {QUESTION}
 
 
-def logged_line_vectors(path: Path) -> None:
+def stored_rows(path: Path) -> list[tuple[str, list[bytes], int]]:
+    """Per row of the line_vectors table, in order: its model, its keys and the bytes of its vectors."""
     with sqlite3.connect(path) as connection:
-        connection.executescript("""
-            CREATE TABLE logged (key BLOB, model TEXT);
-            CREATE TRIGGER line_in AFTER INSERT ON line_vectors BEGIN INSERT INTO logged VALUES (new.key, new.model); END;
-        """)
+        rows = connection.execute("SELECT model, keys, length(vectors) FROM line_vectors ORDER BY seq").fetchall()
+    return [(model, [keys[i:i + 16] for i in range(0, len(keys), 16)], size) for model, keys, size in rows]
 
 
 def test_a_save_after_an_add_writes_only_the_new_vectors(grown, tmp_path, embedder, sessions):  # noqa: F811
     path = export_bank(grown, tmp_path / "bank.sqlite")
     old = {line_key(text) for text in lines_of(grown)}
+    (_, first, _), = stored_rows(path)
+    assert set(first) == old and len(first) == len(old)
     store = MemoryStore.load(path, embedder)
-    logged_line_vectors(path)
     new_bank(tmp_path, embedder).ingest(sessions[2], "session 3", into=store, date="2023-06-09")
     export_bank(store, path)
-    with sqlite3.connect(path) as connection:
-        written = {key for key, _ in connection.execute("SELECT key, model FROM logged")}
-        stored = {key for (key,) in connection.execute("SELECT key FROM line_vectors")}
-    assert written == {line_key(text) for text in lines_of(store)} - old  # the new lines' vectors, no old one
-    assert stored == old | written
+    (_, kept, _), (model, written, size) = stored_rows(path)  # the first save's row untouched, one row added
+    assert kept == first and model == f"{embedder.model_name}/{embedder.dim}" and size == len(written) * 4 * embedder.dim
+    assert sorted(written) == sorted({line_key(text) for text in lines_of(store)} - old)  # the new lines, no old one
 
 
 def test_a_bank_of_another_model_is_embedded_again_never_mixed(grown, tmp_path, embedder):
@@ -119,7 +118,7 @@ def test_a_bank_of_another_model_is_embedded_again_never_mixed(grown, tmp_path, 
     assert lines <= set(other.texts)  # every line embedded again, under the other model's name
     export_bank(store, path)
     with sqlite3.connect(path) as connection:
-        models = dict(connection.execute("SELECT model, COUNT(*) FROM line_vectors GROUP BY model").fetchall())
+        models = dict(connection.execute("SELECT model, SUM(length(keys)) / 16 FROM line_vectors GROUP BY model"))
     assert models == {f"{embedder.model_name}/{embedder.dim}": len(lines), f"another-model/{embedder.dim}": len(lines)}
     # each model reads back its own vectors only; another dimension under the same name reads none
     for name in (embedder.model_name, "another-model"):
@@ -127,7 +126,7 @@ def test_a_bank_of_another_model_is_embedded_again_never_mixed(grown, tmp_path, 
         assert len(loaded.line_vectors) == len(lines) and loaded.line_vectors.model == f"{name}/{embedder.dim}"
     assert LineVectors("another-model", embedder.dim // 2).model != f"another-model/{embedder.dim}"
     with sqlite3.connect(path) as connection:  # a row of the right label but the wrong length is not used
-        connection.execute("UPDATE line_vectors SET vector = substr(vector, 1, 100) WHERE model = ?",
+        connection.execute("UPDATE line_vectors SET vectors = substr(vectors, 1, 100) WHERE model = ?",
                            (f"another-model/{embedder.dim}",))
     assert len(read_bank_db(path, embedder.dim, "another-model")[0].line_vectors) == 0
 
@@ -147,7 +146,8 @@ def test_kill_9_mid_save_keeps_the_last_saved_vectors(grown, tmp_path, embedder,
     saved = read_bank_db(path, embedder.dim, embedder.model_name)[0].line_vectors
     kill_mid_save(path, tmp_path, sessions[2], stall="_write_line_vectors")
     after = read_bank_db(path, embedder.dim, embedder.model_name)[0].line_vectors
-    assert after.rows(everything=True) == saved.rows(everything=True) and after.complete
+    (keys, vectors), (saved_keys, saved_vectors) = after.unsaved(everything=True), saved.unsaved(everything=True)
+    assert keys == saved_keys and np.array_equal(vectors, saved_vectors) and after.complete
     counted = Counted(embedder)
     assert block(MemoryStore.load(path, counted)) == block(grown) and set(counted.texts) == {QUESTION}
 

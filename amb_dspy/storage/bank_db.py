@@ -7,8 +7,9 @@ old ones the add re-linked or re-described, the new entries and merge events, an
 transactions are the crash safety: each save is one transaction, so a process killed mid-save leaves the bank of
 the previous save (the next open rolls the unfinished one back). WAL mode lets ``amb show`` read while a task
 writes. Embeddings are float32 blobs, read back straight into one matrix: exact, and no model run on open.
-The evidence view's line vectors (:mod:`amb_dspy.storage.line_vectors`) are rows too, so that the first question
-after opening a large bank does not embed every line again (minutes at a million tokens).
+The evidence view's line vectors (:mod:`amb_dspy.storage.line_vectors`) are kept too, so that the first question
+after opening a large bank does not embed every line again (minutes at a million tokens): one row per save of the
+vectors it added, their keys and float32 values end to end (a row per vector would waste a third of each page).
 
 Tables::
 
@@ -18,10 +19,11 @@ Tables::
                                            without its embedding, JSON; entries: its Interaction Tree entry ids
     entries(seq, id, body)                 the tree's entries, append-only
     merge_events(seq, body)                append-only
-    line_vectors(model, key, vector)       append-only; model: the embedder's name/dimension, key: a hash of
-                                           the line's text; lines_embedded names the model whose vectors
-                                           cover every line of every node saved (a bank database written
-                                           before line vectors has no such table: its lines are embedded again)
+    line_vectors(seq, model, keys, vectors)  append-only, a row per save; model: the embedder's name/dimension,
+                                           keys: 16-byte hashes of the lines' texts, vectors: theirs in order;
+                                           lines_embedded names the model whose vectors cover every line of
+                                           every node saved (a bank database written before line vectors has
+                                           no such table: its lines are embedded again)
 
 The JSON file stays the interchange format; :func:`read_bank_db` turns the rows into the object a JSON bank file
 holds and validates it with the same code, so both formats load to the same bank.
@@ -55,14 +57,14 @@ from amb_dspy.storage.bank_file import (
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionTree
-from amb_dspy.storage.line_vectors import LineVectors
+from amb_dspy.storage.line_vectors import KEY_BYTES, LineVectors
 from amb_dspy.storage.query_graph import QueryGraph
 
 DB_SUFFIXES = (".sqlite", ".db")
 _MAGIC = b"SQLite format 3\x00"
 _TABLES = ("meta", "nodes", "entries", "merge_events")  # what a bank database must hold
-_LINE_VECTORS = """CREATE TABLE IF NOT EXISTS line_vectors (model TEXT NOT NULL, key BLOB NOT NULL, vector BLOB NOT NULL,
-                                                      PRIMARY KEY (model, key)) WITHOUT ROWID"""
+_LINE_VECTORS = ("CREATE TABLE IF NOT EXISTS line_vectors (seq INTEGER PRIMARY KEY, model TEXT NOT NULL, keys BLOB NOT NULL, "
+                 "vectors BLOB NOT NULL)")
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, body TEXT NOT NULL, entries TEXT,
@@ -166,15 +168,17 @@ def _payload(path: Path, connection: sqlite3.Connection) -> tuple[dict[str, Any]
 
 
 def _line_vectors(connection: sqlite3.Connection, model_name: str, dim: int) -> LineVectors:
-    """The stored line vectors of this model and dimension, read into one matrix (a row of another length is
-    left out, as a vector of another model is: those lines are embedded again)."""
+    """The stored line vectors of this model and dimension, read into one matrix (a row whose sizes do not agree
+    is left out, as the vectors of another model are: those lines are embedded again)."""
     table = LineVectors(model_name, dim)
     if not connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'line_vectors'").fetchone():
         return table  # a bank database saved before line vectors were kept
-    rows = connection.execute("SELECT key, vector FROM line_vectors WHERE model = ? AND length(vector) = ?",
-                              (table.model, 4 * dim)).fetchall()
+    rows = [(keys, vectors) for keys, vectors in connection.execute(
+                "SELECT keys, vectors FROM line_vectors WHERE model = ? ORDER BY seq", (table.model,))
+            if isinstance(keys, bytes) and isinstance(vectors, bytes) and len(keys) % KEY_BYTES == 0
+            and len(vectors) == len(keys) // KEY_BYTES * 4 * dim]
     embedded = connection.execute("SELECT value FROM meta WHERE key = 'lines_embedded'").fetchone()
-    return LineVectors.from_rows(model_name, dim, [key for key, _ in rows], b"".join(vector for _, vector in rows),
+    return LineVectors.from_rows(model_name, dim, b"".join(keys for keys, _ in rows), b"".join(v for _, v in rows),
                                  complete=bool(embedded) and json.loads(embedded[0]) == table.model)
 
 
@@ -301,13 +305,14 @@ def _write_nodes(connection: sqlite3.Connection, bank: BankParts, node_ids: list
 
 
 def _write_line_vectors(connection: sqlite3.Connection, table: LineVectors | None, everything: bool) -> list[bytes]:
-    """Insert the line vectors not saved yet (``everything``: all of them, the file being written whole); a
-    database saved before line vectors were kept gets their table. Returns the keys written."""
+    """Insert the line vectors not saved yet (``everything``: all of them, the file being written whole) as one
+    row; a database saved before line vectors were kept gets their table. Returns the keys written."""
     connection.execute(_LINE_VECTORS)
-    rows = table.rows(everything) if table is not None else []
-    connection.executemany("INSERT OR IGNORE INTO line_vectors (model, key, vector) VALUES (?, ?, ?)",
-                           [(table.model, key, vector) for key, vector in rows])
-    return [key for key, _ in rows]
+    keys, vectors = table.unsaved(everything) if table is not None else ([], None)
+    if keys:
+        connection.execute("INSERT INTO line_vectors (model, keys, vectors) VALUES (?, ?, ?)",
+                           (table.model, b"".join(keys), vectors.tobytes()))
+    return keys
 
 
 def read_bank(path: str | Path, embedding_dim: int | None,

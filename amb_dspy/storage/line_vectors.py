@@ -17,17 +17,19 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+KEY_BYTES = 16
+
 
 def line_key(text: str) -> bytes:
     """The key of a line's vector: a 16-byte BLAKE2b hash of its text (a collision is not to be expected)."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=KEY_BYTES).digest()
 
 
 class LineVectors:
     """Line text (by :func:`line_key`) -> its float32 vector under one embedding model.
 
     Besides the vectors, what a bank database's next save needs: which vectors it has not saved
-    (:meth:`rows`, :meth:`saved`), and whether every line of every node saved so far has a vector
+    (:meth:`unsaved`, :meth:`saved`), and whether every line of every node saved so far has a vector
     (``complete``; ``embedded``: the nodes whose lines got vectors since the last save), so that a save after an
     add embeds the lines of the nodes it writes, not of the whole bank."""
 
@@ -73,18 +75,20 @@ class LineVectors:
 
     # --- the bank database's side -------------------------------------------------------------
     @classmethod
-    def from_rows(cls, model_name: str, dim: int, keys: Sequence[bytes], blob: bytes, complete: bool) -> LineVectors:
-        """The table as a bank database stored it: ``keys`` and their vectors' bytes end to end, all saved."""
+    def from_rows(cls, model_name: str, dim: int, keys: bytes, vectors: bytes, complete: bool) -> LineVectors:
+        """The table as a bank database stored it: the keys end to end, and their vectors' float32 bytes; all saved."""
         table = cls(model_name, dim)
-        matrix = np.frombuffer(blob, dtype=np.float32).reshape(len(keys), dim)
-        table._vectors = dict(zip(keys, matrix))
+        count = len(keys) // KEY_BYTES
+        matrix = np.frombuffer(vectors, dtype=np.float32).reshape(count, dim)
+        table._vectors = dict(zip((keys[i:i + KEY_BYTES] for i in range(0, len(keys), KEY_BYTES)), matrix))
         table.complete = complete
         return table
 
-    def rows(self, everything: bool) -> list[tuple[bytes, bytes]]:
-        """(key, vector bytes) of the vectors not saved yet, or of all of them (a save of the whole bank)."""
+    def unsaved(self, everything: bool) -> tuple[list[bytes], np.ndarray]:
+        """The keys of the vectors not saved yet (``everything``: of all of them, a save of the whole bank) and
+        their vectors, one row each."""
         keys = list(self._vectors) if everything else list(self._unsaved)
-        return [(key, self._vectors[key].tobytes()) for key in keys]
+        return keys, np.stack([self._vectors[key] for key in keys]) if keys else np.zeros((0, self.dim), np.float32)
 
     def saved(self, keys: Iterable[bytes], complete: bool) -> None:
         """A save wrote these keys' vectors; ``complete``: it recorded that every line of its nodes has one."""
