@@ -7,10 +7,11 @@ nodes each (summary, context, keywords, a fifth of the document as their source 
 every turn), each node linked to two earlier ones, unit vectors of the embedder's dimension (random: opening never
 runs the model, so the values do not matter). It then prints, for the JSON bank file and the bank database: seconds
 to save the whole bank (the database with its line vectors: ``export_bank``, as ``amb ingest --bank`` saves),
-bytes, seconds to open it (``MemoryStore.load``; wall and CPU), seconds to the first evidence block after opening
-(what ``memory_context`` shows first: the view lays out and indexes every line, and embeds those the bank holds no
-vector for: all of them from a JSON file, none from a database) and how many lines it embedded, the p50 of the
-next questions, seconds to save again after adding one more document (the JSON file is rewritten; the database
+bytes, seconds to open it (``MemoryStore.load``; wall and CPU) and to start a task on it (the task's copy of the
+store, as ``memory_start_task(bank=...)`` makes), seconds to the task's first evidence block (what
+``memory_context`` shows first: the view lays out and indexes every line, and embeds those the bank holds no
+vector for: all of them from a JSON file, none from a database) and how many texts it ran through the model (the
+question and those lines), the p50 of the next questions, seconds to save again after adding one more document (the JSON file is rewritten; the database
 writes only the new rows), and the process's RSS after each. Last line: one JSON object, with the load average.
 
 ``--embedder onnx`` runs the real model instead of random vectors (minutes to build at a million tokens: use it at
@@ -138,8 +139,12 @@ def main() -> None:
         for name in ("bank.json", "bank.sqlite"):
             path, saved, _ = timed(export_bank, store, Path(work) / name)
             opened_store, opened, opened_cpu = timed(MemoryStore.load, path, fresh_embedder(args.embedder))
+            # what memory_start_task(bank=...) does next: the task's own copy, which memory_context reads
+            task_store, task_start, _ = timed(opened_store.copy, InsightDoc(task_goal=asked[0]))
             row = {"save_s": saved, "bytes": path.stat().st_size, "open_s": opened, "open_cpu_s": opened_cpu,
-                   "rss_after_open_mb": rss_mb(), **first_questions(opened_store, asked), "rss_after_answer_mb": rss_mb()}
+                   "task_start_s": task_start, "rss_after_open_mb": rss_mb(), **first_questions(task_store, asked),
+                   "rss_after_answer_mb": rss_mb()}
+            del task_store
             add_document(opened_store, rng, vocabulary, documents)
             _, row["save_after_add_s"], _ = timed(export_bank, opened_store, path)
             rows[name] = row
