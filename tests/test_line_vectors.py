@@ -157,3 +157,18 @@ def test_embed_lines_embeds_each_line_once(grown, embedder):
     grown.embedder = counted
     assert embed_lines(grown) == len(lines_of(grown)) == len(counted.texts)
     assert embed_lines(grown) == 0
+
+
+def test_a_database_saved_before_line_vectors_opens_and_gets_them_at_its_next_save(grown, tmp_path, embedder):
+    path = grown.export(tmp_path / "bank.sqlite")
+    with sqlite3.connect(path) as connection:  # as a bank database of the previous release holds it
+        connection.execute("DROP TABLE line_vectors")
+        connection.execute("DELETE FROM meta WHERE key = 'lines_embedded'")
+    counted = Counted(embedder)
+    store = MemoryStore.load(path, counted)
+    assert len(store.line_vectors) == 0 and not store.line_vectors.complete
+    assert export_bank(store, path) == path  # nothing changed but the vectors: every line embedded, once
+    assert sorted(counted.texts) == sorted(lines_of(grown))
+    counted.texts.clear()
+    reopened = MemoryStore.load(path, counted)
+    assert reopened.line_vectors.complete and block(reopened) == block(grown) and counted.texts == [QUESTION]
