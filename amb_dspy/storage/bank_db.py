@@ -255,7 +255,7 @@ def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: S
             "embedding_dim": bank.embedding_dim, "save_id": save_id,
             "insight_doc": bank.insight_doc.model_dump(mode="json") if bank.insight_doc else None,
             "hops": [hop.model_dump(mode="json") for hop in bank.hops],
-            "lines_embedded": bank.line_vectors.model if bank.line_vectors and bank.lines_complete else None}
+            "lines_embedded": bank.line_vectors.model if bank.line_vectors is not None and bank.lines_complete else None}
     connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                            [(key, json.dumps(value, ensure_ascii=False)) for key, value in meta.items()])
     return SavePoint(path, save_id, len(entries), len(events)), lines
