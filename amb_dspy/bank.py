@@ -29,6 +29,7 @@ from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
 from amb_dspy.memory.documents import AddResult, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
 from amb_dspy.storage.bank_names import bank_path
@@ -273,7 +274,7 @@ class MemoryBank:
         larger bank is at ``path``: an export never replaces more memory with less)."""
         if self.session is None:
             raise InputError("nothing to export: this bank has run no task yet")
-        return self.session.store.export(path)
+        return export_bank(self.session.store, path)
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:

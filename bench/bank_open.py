@@ -1,14 +1,23 @@
-"""Opening and saving a large bank, JSON file against bank database, without growing one for an hour.
+"""Opening and saving a large bank, JSON file against bank database, and its first question, without growing one
+for an hour.
 
 ``bench/growth.py`` measures open time on a real grown bank, but growing one to a million tokens takes long. This
-builds a bank of the same shape at once: documents of ~1,000 tokens (random words), five nodes each (summary,
-context, keywords, a source span), each node linked to two earlier ones, unit vectors of the embedder's dimension
-(random: opening never runs the model, so the values do not matter). It then prints, for the JSON bank file and
-the bank database: seconds to save the whole bank, bytes, seconds to open it (``MemoryStore.load``; wall and CPU), and seconds
-to save again after adding one more document (the JSON file is rewritten; the database writes only the new rows),
-and the process's peak RSS. Last line: one JSON object.
+builds a bank of the same shape at once: documents of ~1,000 tokens (750 random words in 25 speaker turns), five
+nodes each (summary, context, keywords, a fifth of the document as their source span, so the evidence view lays out
+every turn), each node linked to two earlier ones, unit vectors of the embedder's dimension (random: opening never
+runs the model, so the values do not matter). It then prints, for the JSON bank file and the bank database: seconds
+to save the whole bank (the database with its line vectors: ``export_bank``, as ``amb ingest --bank`` saves),
+bytes, seconds to open it (``MemoryStore.load``; wall and CPU) and to start a task on it (the task's copy of the
+store, as ``memory_start_task(bank=...)`` makes), seconds to the task's first evidence block (what
+``memory_context`` shows first: the view lays out and indexes every line, and embeds those the bank holds no
+vector for: all of them from a JSON file, none from a database) and how many texts it ran through the model (the
+question and those lines), the p50 of the next questions, seconds to save again after adding one more document (the JSON file is rewritten; the database
+writes only the new rows), and the process's RSS after each. Last line: one JSON object, with the load average.
 
-    python bench/bank_open.py [--tokens 1000000]
+``--embedder onnx`` runs the real model instead of random vectors (minutes to build at a million tokens: use it at
+a smaller ``--tokens``), so that what the first question costs without stored line vectors shows in seconds.
+
+    python bench/bank_open.py [--tokens 1000000] [--embedder random|onnx]
 """
 
 from __future__ import annotations
@@ -27,11 +36,15 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
+from amb_dspy.config import PathSettings  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft  # noqa: E402
+from amb_dspy.memory.view import MemoryView, export_bank  # noqa: E402
+from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder  # noqa: E402
 from amb_dspy.storage.insight_doc import InsightDoc  # noqa: E402
 from amb_dspy.storage.interaction_tree import InteractionEntry  # noqa: E402
 
-WORDS_PER_DOCUMENT, NODES_PER_DOCUMENT = 750, 5  # ~1,000 tokens a document
+TURNS_PER_DOCUMENT, WORDS_PER_TURN, NODES_PER_DOCUMENT = 25, 30, 5  # 750 words, ~1,000 tokens a document
+QUESTIONS = 10
 
 
 class RandomEmbedder:
@@ -41,8 +54,10 @@ class RandomEmbedder:
 
     def __init__(self) -> None:
         self.rng = np.random.default_rng(0)
+        self.encoded_texts = 0
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        self.encoded_texts += len(texts)
         vectors = self.rng.standard_normal((len(texts), self.dim)).astype(np.float32)
         return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
@@ -55,8 +70,10 @@ def add_document(store: MemoryStore, rng: random.Random, vocabulary: list[str], 
               for _ in range(NODES_PER_DOCUMENT)]
     older = list(store.graph.nodes_dict)
     nodes = store.add_nodes(drafts)
-    entry = InteractionEntry(text=text(WORDS_PER_DOCUMENT), metadata={"name": f"document {number}"})
-    store.record_entry(entry, [n.id for n in nodes], {n.id: [(100 * i, 100 * i + 90)] for i, n in enumerate(nodes)})
+    turns = "\n".join(f"Speaker {rng.randint(1, 3)}: {text(WORDS_PER_TURN)}." for _ in range(TURNS_PER_DOCUMENT))
+    entry = InteractionEntry(text=turns, metadata={"name": f"document {number}"})
+    fifth = len(turns) // NODES_PER_DOCUMENT
+    store.record_entry(entry, [n.id for n in nodes], {n.id: [(fifth * i, fifth * (i + 1))] for i, n in enumerate(nodes)})
     for node in nodes:
         for other in rng.sample(older, min(2, len(older))):
             store.add_edge(node.id, other)
@@ -69,26 +86,73 @@ def timed(function, *args):
     return result, round(time.perf_counter() - started, 3), round(time.process_time() - cpu, 3)
 
 
+def rss_mb() -> int:
+    """This process's resident memory now, in MB."""
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
+
+
+def questions(rng: random.Random, vocabulary: list[str]) -> list[str]:
+    return [f"What did Speaker {rng.randint(1, 3)} say about {' and '.join(rng.sample(vocabulary, 3))}?"
+            for _ in range(QUESTIONS)]
+
+
+def fresh_embedder(kind: str):
+    """The embedder a new process opens the bank with: the model loaded, its cache of vectors empty (what this
+    process embedded before must not make the first question look cheap)."""
+    if kind == "random":
+        return RandomEmbedder()
+    embedder = OnnxEmbedder(cache_dir=PathSettings().cache_dir)
+    embedder.embed(["warm-up"])
+    embedder.encoded_texts = 0
+    return embedder
+
+
+def first_questions(store: MemoryStore, asked: list[str]) -> dict:
+    """Seconds to the first evidence block on a store just opened, the texts it ran through the model (the
+    question and the lines the bank holds no vector for), and the next questions' p50."""
+    view = MemoryView(store, view="evidence")
+    _, first, first_cpu = timed(view.block, asked[0], 1000)
+    embedded = store.embedder.encoded_texts
+    later = sorted(timed(view.block, question, 1000)[1] for question in asked[1:])
+    return {"first_answer_s": first, "first_answer_cpu_s": first_cpu, "texts_embedded_by_first": embedded,
+            "lines": len(view.line_index.lines), "next_p50_ms": round(1000 * later[len(later) // 2], 1)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1_000_000, help="the bank's size (documents of ~1,000 tokens)")
+    parser.add_argument("--embedder", choices=("random", "onnx"), default="random",
+                        help="random unit vectors (default), or the real model (slow to build)")
     args = parser.parse_args()
-    rng, vocabulary = random.Random(0), [f"w{i}" for i in range(20_000)]
-    store = MemoryStore(RandomEmbedder(), InsightDoc(task_goal="bench/bank_open.py"))
+    rng = random.Random(0)
+    vocabulary = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+                  for _ in range(20_000)]
+    store = MemoryStore(fresh_embedder(args.embedder), InsightDoc(task_goal="bench/bank_open.py"))
     documents = max(1, args.tokens // 1000)
+    started = time.perf_counter()
     for number in range(documents):
         add_document(store, rng, vocabulary, number)
-    rows = {}
+    print(f"built {documents} documents, {len(store.graph)} nodes in {time.perf_counter() - started:.1f} s", flush=True)
+    rows, asked = {}, questions(rng, vocabulary)
     with tempfile.TemporaryDirectory(prefix="amb-bank-open-") as work:
         for name in ("bank.json", "bank.sqlite"):
-            path, saved, _ = timed(store.export, Path(work) / name)
-            opened_store, opened, opened_cpu = timed(MemoryStore.load, path, store.embedder)
+            path, saved, _ = timed(export_bank, store, Path(work) / name)
+            opened_store, opened, opened_cpu = timed(MemoryStore.load, path, fresh_embedder(args.embedder))
+            # what memory_start_task(bank=...) does next: the task's own copy, which memory_context reads
+            task_store, task_start, _ = timed(opened_store.copy, InsightDoc(task_goal=asked[0]))
+            row = {"save_s": saved, "bytes": path.stat().st_size, "open_s": opened, "open_cpu_s": opened_cpu,
+                   "task_start_s": task_start, "rss_after_open_mb": rss_mb(), **first_questions(task_store, asked),
+                   "rss_after_answer_mb": rss_mb()}
+            del task_store
             add_document(opened_store, rng, vocabulary, documents)
-            _, again, _ = timed(opened_store.export, path)
-            rows[name] = {"save_s": saved, "bytes": path.stat().st_size, "open_s": opened, "open_cpu_s": opened_cpu,
-                          "save_after_add_s": again}
-            print(name, " ".join(f"{key}={value}" for key, value in rows[name].items()), flush=True)
-    print(json.dumps({"documents": documents, "nodes": len(store.graph), **rows, "load": os.getloadavg()[0],
+            _, row["save_after_add_s"], _ = timed(export_bank, opened_store, path)
+            rows[name] = row
+            print(name, " ".join(f"{key}={value}" for key, value in row.items()), f"load={os.getloadavg()[0]:.2f}",
+                  flush=True)
+            del opened_store
+    print(json.dumps({"documents": documents, "nodes": len(store.graph), "embedder": args.embedder, **rows,
+                      "load": os.getloadavg()[0],
                       "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}))
 
 

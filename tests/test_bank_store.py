@@ -187,24 +187,28 @@ from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage import bank_db
 
-path, work, text = sys.argv[1], sys.argv[2], sys.argv[3]
-write_nodes = bank_db._write_nodes
-def stalled(*args):
-    write_nodes(*args)  # rows written inside the open transaction; then wait to be killed
+from amb_dspy.memory.view import export_bank
+
+path, work, text, stall = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+write = getattr(bank_db, stall)
+def stalled(*args, **kwargs):
+    write(*args, **kwargs)  # rows written inside the open transaction; then wait to be killed
     print("mid-save", flush=True)
     time.sleep(120)
-bank_db._write_nodes = stalled
+setattr(bank_db, stall, stalled)
 embedder = default_embedder()
 store = MemoryStore.load(path, embedder) if os.path.exists(path) else None
 bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work + "/s", temp_dir=work + "/t"), embedder=embedder)
 bank.ingest(text, "killed", into=store)
-bank.session.store.export(path)
+export_bank(bank.session.store, path)  # the new lines' vectors too (amb_dspy.storage.line_vectors)
 """
 
 
-def kill_mid_save(path: Path, work: Path, text: str) -> None:
+def kill_mid_save(path: Path, work: Path, text: str, stall: str = "_write_nodes") -> None:
+    """Add ``text`` to the bank at ``path`` (a new one when missing) in a child process, and kill it with SIGKILL
+    inside its save's transaction, right after ``bank_db``'s function ``stall`` wrote its rows."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, str(path), str(work), text], cwd=ROOT, env=env,
+    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, str(path), str(work), text, stall], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([child.stdout], [], [], 300)  # never wait forever on a child that hangs

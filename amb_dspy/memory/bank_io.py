@@ -21,16 +21,24 @@ class StoreFiles:
         """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
         notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
         (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
-        from writes only what changed since. Any other path gets the whole bank as one JSON file
+        from writes only what changed since, the new line vectors included (the evidence view's,
+        ``line_vectors``; :func:`amb_dspy.memory.view.embed_lines` embeds the lines of the nodes a save writes).
+        Any other path gets the whole bank as one JSON file
         (:mod:`amb_dspy.storage.bank_file`), the interchange format."""
         if not is_bank_db(path):
             return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
                              embedding_model_name(self.embedder), self.hops)
         parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
-                          self.hops)
+                          self.hops, self.line_vectors, self.lines_complete())
         self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes)
         self.unsaved_nodes = set()
         return self.save_point.path
+
+    def lines_complete(self) -> bool:
+        """Whether every line of every node has a vector in ``line_vectors``, as far as its bookkeeping knows:
+        it held every saved node's lines, and each node changed since got its lines' vectors."""
+        lines, nodes = self.line_vectors, self.graph.nodes_dict
+        return lines.complete and all(node_id in lines.embedded for node_id in self.unsaved_nodes if node_id in nodes)
 
     @classmethod
     def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> Self:
@@ -38,9 +46,11 @@ class StoreFiles:
         raises BankFileError and builds nothing if the file is bad.
 
         Stored embeddings are used as they are when the file names the embedder's model; a file made
-        with another model (or not naming one) is embedded again, with a line added to ``notices``.
+        with another model (or not naming one) is embedded again, with a line added to ``notices``. A bank
+        database's line vectors of the embedder's model come with it (``line_vectors``), so the evidence view
+        embeds no line it already embedded.
         """
-        loaded, point = read_bank(path, embedder.dim)
+        loaded, point = read_bank(path, embedder.dim, embedding_model_name(embedder))
         store = cls.from_loaded(loaded, embedder, path, notices)
         store.save_point = point
         return store
@@ -58,6 +68,8 @@ class StoreFiles:
     def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> Self:
         store = cls(embedder, loaded.insight_doc)
         store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
+        if loaded.line_vectors is not None and loaded.line_vectors.model == store.line_vectors.model:
+            store.line_vectors = loaded.line_vectors
         nodes = list(loaded.graph.nodes_dict.values())
         model = embedding_model_name(embedder)
         if nodes and loaded.embedding_model != model:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from amb_dspy.memory.bank_io import StoreFiles
+from amb_dspy.memory.bank_io import StoreFiles, embedding_model_name
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
 from amb_dspy.storage.bank_db import SavePoint
@@ -24,6 +24,7 @@ from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
+from amb_dspy.storage.line_vectors import LineVectors
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode, Source, Span, merge_sources, node_text
 
 # The name this module's callers knew a node's content by before it moved to storage.
@@ -49,6 +50,8 @@ class MemoryStore(StoreFiles):
         # row written again unchanged costs little, a row missed would be lost.
         self.unsaved_nodes: set[str] = set()
         self.save_point: SavePoint | None = None
+        # The evidence view's line vectors (amb_dspy.memory.view): the store keeps them so a bank database saves them.
+        self.line_vectors = LineVectors(embedding_model_name(embedder), embedder.dim)
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -312,6 +315,7 @@ class MemoryStore(StoreFiles):
         other = type(self)(self.embedder, insight_doc)
         other.graph = self.graph.model_copy(deep=True)
         other.tree = InteractionTree.from_dict(self.tree.to_dict())
+        other.line_vectors = self.line_vectors.copy(self.lines_complete())  # a copy's first question embeds no line again
         other._index_all()
         return other
 

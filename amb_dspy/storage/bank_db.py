@@ -7,15 +7,23 @@ old ones the add re-linked or re-described, the new entries and merge events, an
 transactions are the crash safety: each save is one transaction, so a process killed mid-save leaves the bank of
 the previous save (the next open rolls the unfinished one back). WAL mode lets ``amb show`` read while a task
 writes. Embeddings are float32 blobs, read back straight into one matrix: exact, and no model run on open.
+The evidence view's line vectors (:mod:`amb_dspy.storage.line_vectors`) are kept too, so that the first question
+after opening a large bank does not embed every line again (minutes at a million tokens): one row per save of the
+vectors it added, their keys and float32 values end to end (a row per vector would waste a third of each page).
 
 Tables::
 
     meta(key, value)                       format, schema_version, embedding_model, embedding_dim,
-                                           insight_doc, hops, save_id (values JSON)
+                                           insight_doc, hops, save_id, lines_embedded (values JSON)
     nodes(id, seq, body, entries, vector)  one Query Graph node a row, in graph order (seq); body: the node
                                            without its embedding, JSON; entries: its Interaction Tree entry ids
     entries(seq, id, body)                 the tree's entries, append-only
     merge_events(seq, body)                append-only
+    line_vectors(seq, model, keys, vectors)  append-only, a row per save; model: the embedder's name/dimension,
+                                           keys: 16-byte hashes of the lines' texts, vectors: theirs in order;
+                                           lines_embedded names the model whose vectors cover every line of
+                                           every node saved (a bank database written before line vectors has
+                                           no such table: its lines are embedded again)
 
 The JSON file stays the interchange format; :func:`read_bank_db` turns the rows into the object a JSON bank file
 holds and validates it with the same code, so both formats load to the same bank.
@@ -49,11 +57,14 @@ from amb_dspy.storage.bank_file import (
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionTree
+from amb_dspy.storage.line_vectors import KEY_BYTES, LineVectors
 from amb_dspy.storage.query_graph import QueryGraph
 
 DB_SUFFIXES = (".sqlite", ".db")
 _MAGIC = b"SQLite format 3\x00"
-_TABLES = ("meta", "nodes", "entries", "merge_events")
+_TABLES = ("meta", "nodes", "entries", "merge_events")  # what a bank database must hold
+_LINE_VECTORS = ("CREATE TABLE IF NOT EXISTS line_vectors (seq INTEGER PRIMARY KEY, model TEXT NOT NULL, keys BLOB NOT NULL, "
+                 "vectors BLOB NOT NULL)")
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, body TEXT NOT NULL, entries TEXT,
@@ -99,9 +110,11 @@ def _db_error(path: Path, exc: sqlite3.Error) -> BankFileError:
 
 
 # --- reading -----------------------------------------------------------------------------------
-def read_bank_db(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBank, SavePoint]:
+def read_bank_db(path: str | Path, embedding_dim: int | None,
+                 line_model: str | None = None) -> tuple[LoadedBank, SavePoint]:
     """Read and fully validate a bank database (BankFileError, one line, if it is none or damaged), and the
-    save point a store opened from it starts at."""
+    save point a store opened from it starts at. With ``line_model`` (the embedder's name) and ``embedding_dim``,
+    the bank's ``line_vectors`` are the stored line vectors of that model and dimension (none of another)."""
     path = Path(path)
     if not path.is_file():
         raise BankFileError(f"{path}: no such bank file")
@@ -111,6 +124,7 @@ def read_bank_db(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBan
         with closing(sqlite3.connect(path, isolation_level=None)) as connection:
             connection.execute("BEGIN")  # one snapshot, though a writer commits meanwhile
             raw, save_id = _payload(path, connection)
+            lines = _line_vectors(connection, line_model, embedding_dim) if line_model and embedding_dim else None
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
     except BankFileError:
@@ -119,6 +133,7 @@ def read_bank_db(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBan
         raise BankFileError(f"{path}: damaged bank database ({type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:120]})") from None
     loaded = bank_from_payload(raw, embedding_dim, path)
+    loaded.line_vectors = lines
     return loaded, SavePoint(path, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
 
 
@@ -152,6 +167,21 @@ def _payload(path: Path, connection: sqlite3.Connection) -> tuple[dict[str, Any]
     }, meta["save_id"]
 
 
+def _line_vectors(connection: sqlite3.Connection, model_name: str, dim: int) -> LineVectors:
+    """The stored line vectors of this model and dimension, read into one matrix (a row whose sizes do not agree
+    is left out, as the vectors of another model are: those lines are embedded again)."""
+    table = LineVectors(model_name, dim)
+    if not connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'line_vectors'").fetchone():
+        return table  # a bank database saved before line vectors were kept
+    rows = [(keys, vectors) for keys, vectors in connection.execute(
+                "SELECT keys, vectors FROM line_vectors WHERE model = ? ORDER BY seq", (table.model,))
+            if isinstance(keys, bytes) and isinstance(vectors, bytes) and len(keys) % KEY_BYTES == 0
+            and len(vectors) == len(keys) // KEY_BYTES * 4 * dim]
+    embedded = connection.execute("SELECT value FROM meta WHERE key = 'lines_embedded'").fetchone()
+    return LineVectors.from_rows(model_name, dim, b"".join(keys for keys, _ in rows), b"".join(v for _, v in rows),
+                                 complete=bool(embedded) and json.loads(embedded[0]) == table.model)
+
+
 # --- writing -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class BankParts:
@@ -163,6 +193,8 @@ class BankParts:
     embedding_dim: int
     embedding_model: str | None
     hops: list[Hop]
+    line_vectors: LineVectors | None = None
+    lines_complete: bool = False  # every line of every node written has a vector in line_vectors
 
 
 def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
@@ -185,19 +217,21 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
         with closing(_connect(path)) as connection:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                point = _write(connection, path, bank, since, changed)
+                point, lines = _write(connection, path, bank, since, changed)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
                 raise
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
+    if bank.line_vectors is not None:
+        bank.line_vectors.saved(lines, bank.lines_complete)
     return point
 
 
 def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: SavePoint | None,
-           changed: Collection[str]) -> SavePoint:
-    """The statements of one save (inside its transaction)."""
+           changed: Collection[str]) -> tuple[SavePoint, list[bytes]]:
+    """The statements of one save (inside its transaction); the new save point and the line vectors written."""
     if since is not None and _save_id(connection) == since.save_id:
         nodes = [node_id for node_id in bank.graph.nodes_dict if node_id in changed] if changed else []
         gone = [(node_id,) for node_id in changed if node_id not in bank.graph.nodes_dict]
@@ -207,6 +241,7 @@ def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: S
         _clear(connection)
         nodes, entries_from, events_from = list(bank.graph.nodes_dict), 0, 0
     _write_nodes(connection, bank, nodes)
+    lines = _write_line_vectors(connection, bank.line_vectors, everything=since is None)
     entries = list(bank.tree.entries.values())
     connection.executemany("INSERT INTO entries (seq, id, body) VALUES (?, ?, ?)",
                            [(seq, e.entry_id, json.dumps(e.model_dump(mode="json"), ensure_ascii=False))
@@ -219,10 +254,11 @@ def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: S
     meta = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "embedding_model": bank.embedding_model,
             "embedding_dim": bank.embedding_dim, "save_id": save_id,
             "insight_doc": bank.insight_doc.model_dump(mode="json") if bank.insight_doc else None,
-            "hops": [hop.model_dump(mode="json") for hop in bank.hops]}
+            "hops": [hop.model_dump(mode="json") for hop in bank.hops],
+            "lines_embedded": bank.line_vectors.model if bank.line_vectors is not None and bank.lines_complete else None}
     connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                            [(key, json.dumps(value, ensure_ascii=False)) for key, value in meta.items()])
-    return SavePoint(path, save_id, len(entries), len(events))
+    return SavePoint(path, save_id, len(entries), len(events)), lines
 
 
 def _save_id(connection: sqlite3.Connection) -> str | None:
@@ -245,7 +281,7 @@ def _file_save_id(path: Path) -> str | None:
 
 def _clear(connection: sqlite3.Connection) -> None:
     """An empty bank schema, in place of whatever the file held (inside the save's transaction)."""
-    for table in _TABLES:
+    for table in (*_TABLES, "line_vectors"):
         connection.execute(f"DROP TABLE IF EXISTS {table}")
     for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it would COMMIT first
         connection.execute(statement)
@@ -268,11 +304,24 @@ def _write_nodes(connection: sqlite3.Connection, bank: BankParts, node_ids: list
         rows)
 
 
-def read_bank(path: str | Path, embedding_dim: int | None) -> tuple[LoadedBank, SavePoint | None]:
+def _write_line_vectors(connection: sqlite3.Connection, table: LineVectors | None, everything: bool) -> list[bytes]:
+    """Insert the line vectors not saved yet (``everything``: all of them, the file being written whole) as one
+    row; a database saved before line vectors were kept gets their table. Returns the keys written."""
+    connection.execute(_LINE_VECTORS)
+    keys, vectors = table.unsaved(everything) if table is not None else ([], None)
+    if keys:
+        connection.execute("INSERT INTO line_vectors (model, keys, vectors) VALUES (?, ?, ?)",
+                           (table.model, b"".join(keys), vectors.tobytes()))
+    return keys
+
+
+def read_bank(path: str | Path, embedding_dim: int | None,
+              line_model: str | None = None) -> tuple[LoadedBank, SavePoint | None]:
     """The bank at ``path`` in either format, decided by the file (:func:`is_bank_db`), fully validated, and
-    its save point when it is a database: the one reader every command and ``MemoryStore.load`` open banks with."""
+    its save point when it is a database: the one reader every command and ``MemoryStore.load`` open banks with.
+    ``line_model``: the embedder's name, to read a database's line vectors of that model (:func:`read_bank_db`)."""
     if is_bank_db(path):
-        return read_bank_db(path, embedding_dim)
+        return read_bank_db(path, embedding_dim, line_model)
     return load_bank(path, embedding_dim), None
 
 

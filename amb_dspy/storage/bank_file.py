@@ -3,6 +3,13 @@
 Embeddings are stored, not recomputed: float32 values survive JSON exactly, so an imported bank is
 equal to the exported one and importing needs no embedding model run. A file is validated in full
 (schema version, types, graph and tree invariants) before anything uses it.
+
+The file carries the nodes' vectors but not the evidence view's line vectors
+(:mod:`amb_dspy.storage.line_vectors`): they would be most of it (a million-token bank has some 25,000 lines,
+38 MB of float32 before JSON's text), the whole file is rewritten at each export, and an interchange file
+should hold what cannot be made again; a line's vector is its text run through the model. A bank opened from
+JSON embeds its lines at its first evidence question, or at its first save to a bank database
+(:mod:`amb_dspy.storage.bank_db`), which keeps them.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from amb_dspy.notices import Notify, notice
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc, legacy_pending
 from amb_dspy.storage.interaction_tree import InteractionEntry, InteractionTree, MergeEvent
+from amb_dspy.storage.line_vectors import LineVectors
 from amb_dspy.storage.query_graph import GraphError, QueryGraph, QueryGraphNode
 
 # 2: nodes carry their sources (entry id + character spans) and the file names its embedding model.
@@ -136,6 +144,7 @@ class LoadedBank(BaseModel):
     tree: InteractionTree
     embedding_model: str | None
     hops: list[Hop] = []
+    line_vectors: LineVectors | None = None  # a bank database's stored line vectors (a JSON file has none)
 
 
 def load_bank(path: str | Path, embedding_dim: int | None) -> LoadedBank:

@@ -75,7 +75,7 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.memory.dates import resolve_dates
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view.line_index import LineIndex
+from amb_dspy.memory.view.line_index import LineIndex, embed_lines, export_bank
 from amb_dspy.memory.view.lines import (
     LINE_TOKENS,
     Evidence,
@@ -89,8 +89,8 @@ from amb_dspy.retrieval.keyword import once_per_term, terms, words
 from amb_dspy.retrieval.line_ranking import best_first, interleave
 from amb_dspy.storage import QueryGraphNode
 
-__all__ = ["VIEWS", "Evidence", "MemoryView", "day_stamp", "format_node", "heading_of", "is_heading", "label_of",
-           "short_ids", "speaker_of"]
+__all__ = ["VIEWS", "Evidence", "MemoryView", "day_stamp", "embed_lines", "export_bank", "format_node", "heading_of", "is_heading",
+           "label_of", "short_ids", "speaker_of"]
 
 VIEWS = ("summary", "evidence")
 # Chosen on LoCoMo 26 and HotpotQA dev 0-149 (bench/memory_recall.py; the README lists the settings tried).

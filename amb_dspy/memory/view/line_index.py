@@ -6,6 +6,11 @@ node added, or a node given more sources, lays out and embeds only its own new l
 hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
 Only a removed node (a merge) lays everything out again, from the embeddings already made.
 
+The embeddings are the store's (:class:`~amb_dspy.storage.line_vectors.LineVectors`, by the line's text): a line
+embedded once is embedded never again, in this process or, through a bank database, in the next one that opens
+the bank. :func:`embed_lines` embeds the lines of the nodes a save is about to write, so that a bank database
+opens with every line's vector; :func:`export_bank` is the save that does it.
+
 The tables a question's ranking reads over all lines (:class:`~amb_dspy.retrieval.line_ranking.LineTable`, the
 :class:`~amb_dspy.retrieval.spreading.SpreadingGraph`) are kept up to date line by line too
 (:class:`~amb_dspy.retrieval.line_ranking.LineLayout`, :class:`~amb_dspy.retrieval.spreading.TermLines`): when the
@@ -16,16 +21,17 @@ idf, and so every weight of the spreading, depends on all lines; no line's text 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
-import numpy as np
-
+from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, pieces, speaker_of
+from amb_dspy.memory.view.lines import LINE_TOKENS, Evidence, heading_of, label_of, pieces, speaker_of
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineLayout, LineTable
 from amb_dspy.retrieval.spreading import SpreadingGraph, TermLines
 from amb_dspy.storage import QueryGraphNode
+from amb_dspy.storage.bank_db import is_bank_db
 
 
 class LineIndex:
@@ -34,7 +40,6 @@ class LineIndex:
 
     def __init__(self, store: MemoryStore, count: Callable[[str], int], line_tokens: int):
         self.store, self.count, self.line_tokens = store, count, line_tokens
-        self._vectors: dict[str, np.ndarray] = {}  # line text -> embedding, kept across a fresh layout
         self._start_over()
 
     def _start_over(self) -> None:
@@ -96,13 +101,15 @@ class LineIndex:
         self.holders.append([])
 
     def _index_new(self, first: int) -> None:
-        new = list(dict.fromkeys(line.text for line in self.lines[first:] if line.text not in self._vectors))
+        """Index the lines from ``first`` on, in one batch, embedding only those the store has no vector for."""
+        texts = [line.text for line in self.lines[first:]]
+        new = self.store.line_vectors.missing(texts)
         if new:
-            self._vectors.update(zip(new, self.store.embedder.embed(new)))
+            self.store.line_vectors.add(new, self.store.embedder.embed(new))
         if self.index is None:
             self.index = HybridIndex(self.store.embedder.dim)
         self.index.add_many([str(i) for i in range(first, len(self.lines))], self._indexed[first:],
-                            np.stack([self._vectors[line.text] for line in self.lines[first:]]))
+                            self.store.line_vectors.matrix(texts))
 
     def tables(self) -> tuple[SpreadingGraph, LineTable, dict[str, int]]:
         """The spreading graph, the lines' table and each node's number in both (its place in the graph's order),
@@ -117,3 +124,36 @@ class LineIndex:
                                                   [terms(" ".join(node.keywords)) for node in nodes], links)
             self._tables = (signature, spreading, table, number)
         return self._tables[1:]
+
+
+def embed_lines(store: MemoryStore, count: Callable[[str], int] = estimate_tokens, line_tokens: int = LINE_TOKENS) -> int:
+    """Give the store's line vectors the lines (as :class:`LineIndex` lays them out) of the nodes its next save
+    writes, or of every node when they do not hold every saved node's lines yet; returns how many lines were
+    embedded. Called before a save to a bank database, so that the bank opens with every line's vector and its
+    first question embeds nothing but the question."""
+    table, nodes = store.line_vectors, store.graph.nodes_dict
+    wanted = [node for node in nodes.values() if node.id in store.unsaved_nodes] if table.complete else list(nodes.values())
+    new = table.missing(_line_texts(store, wanted, count, line_tokens))
+    if new:
+        table.add(new, store.embedder.embed(new))
+    table.embedded.update(node.id for node in wanted)
+    table.complete = True
+    return len(new)
+
+
+def export_bank(store: MemoryStore, path: str | Path) -> Path:
+    """``store.export(path)``; a bank database gets its lines' vectors first (:func:`embed_lines`), a JSON
+    file carries none (:mod:`amb_dspy.storage.bank_file`)."""
+    if is_bank_db(path):
+        embed_lines(store)
+    return store.export(path)
+
+
+def _line_texts(store: MemoryStore, nodes: list[QueryGraphNode], count: Callable[[str], int], line_tokens: int):
+    """The texts of the nodes' lines, as :meth:`LineIndex._lay_out` cuts them."""
+    for node in nodes:
+        for source in node.sources:
+            text = store.tree.entries[source.entry_id].text
+            for span in source.spans:
+                for start, end, _ in pieces(text, *span, count, line_tokens):
+                    yield text[start:end]
