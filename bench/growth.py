@@ -14,6 +14,7 @@ changed: ``db_save_s``, ``db_open_s``, ``db_bytes``). First, unless ``--no-sessi
 session, evidence recall at 1,000 tokens of each. Last line: one JSON object.
 
     python bench/growth.py [--hotpotqa PATH]... [--locomo PATH]... [--sizes 16000,64000,...] [--questions 60]
+                           [--no-sessions | --sessions-only]
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
 from amb_dspy.memory.view import MemoryView  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.hybrid import HybridIndex  # noqa: E402
+from amb_dspy.storage import InsightDoc  # noqa: E402
 from optimize.locomo import Conversation, load_locomo  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -108,8 +110,11 @@ def pooled(hotpotqa: list[str], locomo: list[str]) -> list[Document]:
 class GrowingBank:
     """One bank, documents added to it; a flat hybrid index over the same documents' units beside it."""
 
-    def __init__(self, config: AmbConfig, embedder):
-        self.bank, self.embedder, self.store = MemoryBank(config, embedder=embedder), embedder, None
+    def __init__(self, config: AmbConfig, embedder, goal: str | None = None):
+        """``goal``: the task goal of the bank's store (the heuristic structure policy favours its words); by
+        default the goal ``MemoryBank.ingest`` gives a new store, named after the first document."""
+        self.bank, self.embedder = MemoryBank(config, embedder=embedder), embedder
+        self.store = None if goal is None else MemoryStore(embedder, InsightDoc(task_goal=goal))
         self.flat, self.units = HybridIndex(embedder.dim), []  # unit key -> (document name, span, text)
         self.entry_of: dict[str, str] = {}  # document name -> its entry id
         self.view: MemoryView | None = None
@@ -247,13 +252,17 @@ def grow(documents: list[Document], sizes: list[int], n_questions: int, config: 
 
 
 def sessionwise(path: str, config: AmbConfig, embedder) -> dict:
-    """Evidence recall at 1,000 tokens of one LoCoMo conversation ingested in one go and session by session."""
+    """Evidence recall at 1,000 tokens of one LoCoMo conversation ingested in one go and session by session: the
+    same questions (those with evidence), the same turn lines, both banks under the same task goal (the
+    heuristic structure policy favours the goal's words: a first document named "... session 1" would bias
+    every summary towards "session")."""
     conversation = load_locomo(f"locomo:{path}")[0]
     text, spans = conversation.render()
     whole = Document(conversation.name, text, list(spans.values()),
                      [Question(q.question, q.answer, [(conversation.name, spans[e]) for e in q.evidence])
                       for q in conversation.questions])
-    at_once, by_session = GrowingBank(config, embedder), GrowingBank(config, embedder)
+    goal = f"Ingest {conversation.name}"
+    at_once, by_session = GrowingBank(config, embedder, goal), GrowingBank(config, embedder, goal)
     at_once.add(whole)
     documents = sessions(conversation)
     for document in documents:
@@ -275,6 +284,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=60, help="HotpotQA questions per size")
     parser.add_argument("--max-step-seconds", type=float, default=1800, help="stop after a step slower than this")
     parser.add_argument("--no-sessions", action="store_true", help="skip LoCoMo one go against session by session")
+    parser.add_argument("--sessions-only", action="store_true", help="only LoCoMo one go against session by session")
     args = parser.parse_args()
     hotpotqa = args.hotpotqa or [str(SHARED / "hotpotqa" / "dev_distractor_300.jsonl"),
                                  str(SHARED / "hotpotqa" / "train_100.jsonl")]
@@ -287,8 +297,9 @@ def main() -> None:
         compared = [] if args.no_sessions else [sessionwise(path, config, embedder) for path in locomo]
         for row in compared:
             print(" ".join(f"{key}={value}" for key, value in row.items()), flush=True)
-        rows, notes = grow(pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions,
-                           config, embedder, Path(work), args.max_step_seconds)
+        rows, notes = ([], {}) if args.sessions_only else grow(
+            pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions, config, embedder,
+            Path(work), args.max_step_seconds)
     print(json.dumps({"sizes": rows, **notes, "sessionwise": compared, "load": os.getloadavg()[0],
                       "seconds": round(time.monotonic() - started)}))
 
