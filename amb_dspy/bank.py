@@ -27,7 +27,7 @@ from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
-from amb_dspy.memory.documents import AddResult, read_documents
+from amb_dspy.memory.documents import AddResult, NamedDocument, dated_sessions, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
@@ -182,21 +182,26 @@ class MemoryBank:
 
         ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
         ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
-        The document is its own entry, named ``name`` and dated ``date`` when given; a document the store
-        already holds (the same text) adds nothing (``added`` False)."""
+        The document is its own entry, named ``name`` and dated ``date`` when given; a dialogue of dated
+        sessions is cut at its sessions, each its own entry (``name#session_N``, dated), as one added session by
+        session would be (:func:`~amb_dspy.memory.documents.dated_sessions`). A document the store already holds
+        (the same text) adds nothing (``added`` False)."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
             raise InputError("nothing to ingest: the context is empty")
         store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state, added, replaced = session.state, True, False
+        state, added, replaced = session.state, False, False
         with session.meter.counting():
             try:
-                conversion = session.memory.add_document(state, context, name, date)
-                added = conversion is not None
-                replaced = added and conversion.entry is not None and "supersedes" in conversion.entry.metadata
+                for part in dated_sessions(NamedDocument(name, context, date)):
+                    conversion = session.memory.add_document(state, part.text, part.name, part.date)
+                    added = added or conversion is not None
+                    replaced = replaced or (conversion is not None and conversion.entry is not None
+                                            and "supersedes" in conversion.entry.metadata)
             except LMCallCapReached as exc:
+                added = True  # what was converted before the cap stays, and the text is kept raw
                 state.errors.append(str(exc))
         session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
                      else "unchanged: already in the bank")

@@ -20,7 +20,6 @@ session, evidence recall at 1,000 tokens of each. Last line: one JSON object.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import resource
@@ -35,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from memory_recall import Question, covered, hotpotqa_contexts  # noqa: E402
+from memory_recall import Question, covered, entry_offsets, hotpotqa_contexts  # noqa: E402
 
 from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
 from amb_dspy.bank import MemoryBank  # noqa: E402
@@ -116,17 +115,20 @@ class GrowingBank:
         self.bank, self.embedder = MemoryBank(config, embedder=embedder), embedder
         self.store = None if goal is None else MemoryStore(embedder, InsightDoc(task_goal=goal))
         self.flat, self.units = HybridIndex(embedder.dim), []  # unit key -> (document name, span, text)
-        self.entry_of: dict[str, str] = {}  # document name -> its entry id
+        self.placed: dict[str, tuple[str, int]] = {}  # entry id -> its document's name, where it starts in it
         self.view: MemoryView | None = None
         self.tokens = 0
 
     def add(self, document: Document) -> float:
+        before = 0 if self.store is None else len(self.store.tree.entries)
         started = time.perf_counter()
         self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
         seconds = time.perf_counter() - started
         self.store = self.bank.session.store
-        digest = hashlib.sha256(document.text.encode("utf-8")).hexdigest()
-        self.entry_of[document.name] = self.store.entry_with_hash(digest).entry_id
+        # the document's entries: one, or one per session of a dialogue of dated sessions
+        added = list(self.store.tree.entries.values())[before:]
+        self.placed.update((entry_id, (document.name, offset))
+                           for entry_id, offset in entry_offsets(added, document.text).items())
         texts = [document.text[a:b] for a, b in document.units]
         first = len(self.units)
         self.units += [(document.name, span, text) for span, text in zip(document.units, texts)]
@@ -139,7 +141,9 @@ class GrowingBank:
 
     def view_recall(self, question: Question) -> float:
         _text, lines = self.view.evidence_block(question.text, BUDGET)
-        return _recall(question, [(line.entry_id, (line.start, line.end)) for line in lines], self.entry_of)
+        return _recall(question, [(self.placed[line.entry_id][0], (line.start + self.placed[line.entry_id][1],
+                                                                   line.end + self.placed[line.entry_id][1]))
+                                  for line in lines if line.entry_id in self.placed])
 
     def flat_recall(self, question: Question) -> float:
         vector = self.embedder.embed([question.text])[0]
@@ -149,17 +153,17 @@ class GrowingBank:
             name, span, text = self.units[int(key)]
             cost = estimate_tokens(text) + 1
             if used + cost <= BUDGET:
-                shown.append((self.entry_of[name], span))
+                shown.append((name, span))
                 used += cost
-        return _recall(question, shown, self.entry_of)
+        return _recall(question, shown)
 
 
-def _recall(question: Question, shown: list[tuple[str, tuple[int, int]]], entry_of: dict[str, str]) -> float:
-    """Share of the question's (document, span) evidence that the shown (entry id, span) pairs overlap."""
-    by_entry: dict[str, list[tuple[int, int]]] = {}
-    for entry_id, span in shown:
-        by_entry.setdefault(entry_id, []).append(span)
-    hits = [covered([span], by_entry.get(entry_of[name], [])) for name, span in question.evidence]
+def _recall(question: Question, shown: list[tuple[str, tuple[int, int]]]) -> float:
+    """Share of the question's (document, span) evidence that the shown (document, span) pairs overlap."""
+    by_document: dict[str, list[tuple[int, int]]] = {}
+    for name, span in shown:
+        by_document.setdefault(name, []).append(span)
+    hits = [covered([span], by_document.get(name, [])) for name, span in question.evidence]
     return statistics.fmean(hits) if hits else 0.0
 
 
