@@ -194,15 +194,17 @@ class MemoryBank:
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
         state, added, replaced = session.state, False, False
         with session.meter.counting():
-            try:
-                for part in dated_sessions(NamedDocument(name, context, date)):
+            for part in dated_sessions(NamedDocument(name, context, date)):
+                try:
                     conversion = session.memory.add_document(state, part.text, part.name, part.date)
-                    added = added or conversion is not None
-                    replaced = replaced or (conversion is not None and conversion.entry is not None
-                                            and "supersedes" in conversion.entry.metadata)
-            except LMCallCapReached as exc:
-                added = True  # what was converted before the cap stays, and the text is kept raw
-                state.errors.append(str(exc))
+                except LMCallCapReached as exc:  # the part is kept raw, and so is each part after it
+                    added = True
+                    if str(exc) not in state.errors:
+                        state.errors.append(str(exc))
+                    continue
+                added = added or conversion is not None
+                replaced = replaced or (conversion is not None and conversion.entry is not None
+                                        and "supersedes" in conversion.entry.metadata)
         session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
                      else "unchanged: already in the bank")
         return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),

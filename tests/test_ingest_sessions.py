@@ -94,3 +94,20 @@ def test_the_whole_conversation_added_again_adds_only_its_new_session(conversati
     assert grown.added and not grown.replaced
     assert [e.metadata["name"] for e in store.tree.entries.values()] == [f"30#session_{n}" for n in range(1, SESSIONS + 1)]
     store.check()
+
+
+
+def test_sessions_after_the_lm_call_cap_are_kept_raw_not_lost(embedder, tmp_path):
+    from scripted_lm import ScriptedLM
+    from test_bank import compress, one_cluster_per_segment, unrelated
+
+    lm = ScriptedLM(classification=one_cluster_per_segment, structure=compress, analysis=unrelated)
+    config = AmbConfig(policy="lm", max_lm_calls=1, storage_dir=tmp_path / "s", temp_dir=tmp_path / "t")
+    sessions = [f"[10:00 am on {day} May, 2023] Gina: I opened my {shop} shop today."
+                for day, shop in ((2, "dance"), (9, "clothing"), (16, "flower"))]
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    result = bank.ingest("\n\n".join(sessions), "gina")  # session 1 classified, then the cap
+    entries = list(bank.session.store.tree.entries.values())
+    assert [e.text for e in entries] == sessions and result.nodes == 1  # session 1 became memory
+    assert ["conversion_failed" in e.metadata for e in entries] == [False, True, True]
+    assert result.added and result.errors == ["LM call cap reached: 1 calls made (max_lm_calls=1)"]
