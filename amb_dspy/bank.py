@@ -192,19 +192,15 @@ class MemoryBank:
             raise InputError("nothing to ingest: the context is empty")
         store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state, added, replaced = session.state, False, False
+        state, added, replaced = session.state, True, False
+        parts = [(part.text, part.name, part.date) for part in dated_sessions(NamedDocument(name, context, date))]
         with session.meter.counting():
-            for part in dated_sessions(NamedDocument(name, context, date)):
-                try:
-                    conversion = session.memory.add_document(state, part.text, part.name, part.date)
-                except LMCallCapReached as exc:  # the part is kept raw, and so is each part after it
-                    added = True
-                    if str(exc) not in state.errors:
-                        state.errors.append(str(exc))
-                    continue
-                added = added or conversion is not None
-                replaced = replaced or (conversion is not None and conversion.entry is not None
-                                        and "supersedes" in conversion.entry.metadata)
+            try:
+                conversions = [c for c in session.memory.add_documents(state, parts) if c is not None]
+                added = bool(conversions)
+                replaced = any(c.entry is not None and "supersedes" in c.entry.metadata for c in conversions)
+            except LMCallCapReached as exc:
+                state.errors.append(str(exc))
         session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
                      else "unchanged: already in the bank")
         return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),

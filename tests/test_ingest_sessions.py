@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -97,17 +98,53 @@ def test_the_whole_conversation_added_again_adds_only_its_new_session(conversati
 
 
 
-def test_sessions_after_the_lm_call_cap_are_kept_raw_not_lost(embedder, tmp_path):
+
+@pytest.mark.parametrize("analysis", ["ordered", "conversion"])
+def test_sessions_the_lm_call_cap_leaves_unconverted_are_kept_raw_not_lost(analysis, embedder, tmp_path):
+    """``ordered``: a conversion a session (session 1 becomes memory, then the cap); ``conversion`` (the LM
+    policy's default): one conversion for all three, stopped by the cap before any node."""
     from scripted_lm import ScriptedLM
     from test_bank import compress, one_cluster_per_segment, unrelated
 
     lm = ScriptedLM(classification=one_cluster_per_segment, structure=compress, analysis=unrelated)
-    config = AmbConfig(policy="lm", max_lm_calls=1, storage_dir=tmp_path / "s", temp_dir=tmp_path / "t")
+    config = AmbConfig(policy="lm", max_lm_calls=1, ingest_analysis=analysis, storage_dir=tmp_path / "s",
+                       temp_dir=tmp_path / "t")
+    sessions = [f"[10:00 am on {day} May, 2023] Gina: I opened my {shop} shop today, and {more}."
+                for day, shop, more in ((2, "dance", "it was packed"), (9, "clothing", "my sister helped"),
+                                        (16, "flower", "the roses sold out"))]
+    bank = MemoryBank(config, lm=lm, embedder=embedder)
+    result = bank.ingest("\n\n".join(sessions), "gina")
+    entries = list(bank.session.store.tree.entries.values())
+    assert [e.text for e in entries] == sessions and result.added
+    failed = ["conversion_failed" in e.metadata for e in entries]
+    assert failed == ([False, True, True] if analysis == "ordered" else [True, True, True])
+    assert result.errors == ["LM call cap reached: 1 calls made (max_lm_calls=1)"]
+    bank.session.store.check()
+
+
+def test_under_the_lm_policy_a_conversation_in_one_go_is_one_conversion_an_entry_a_session(embedder, tmp_path):
+    """As cheap in LM calls as one text (one classification call for the three sessions here), yet a session
+    an entry holding its own topics' nodes; a topic the LM makes across two sessions is cut at the session."""
+    from scripted_lm import ScriptedLM
+    from test_bank import compress, unrelated
+
+    def one_topic(call):  # every segment, from every session, in one topic
+        count = len(re.findall(r"^\[\d+\]", call.inputs["segments"], re.M))
+        return {"should_cluster": False, "clusters": [{"context": "Gina's shops", "keywords": ["shop"],
+                                                       "segments": list(range(1, count + 1))}]}
+
+    lm = ScriptedLM(classification=one_topic, structure=compress, analysis=unrelated)
+    config = AmbConfig(policy="lm", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t")
     sessions = [f"[10:00 am on {day} May, 2023] Gina: I opened my {shop} shop today."
                 for day, shop in ((2, "dance"), (9, "clothing"), (16, "flower"))]
     bank = MemoryBank(config, lm=lm, embedder=embedder)
-    result = bank.ingest("\n\n".join(sessions), "gina")  # session 1 classified, then the cap
-    entries = list(bank.session.store.tree.entries.values())
-    assert [e.text for e in entries] == sessions and result.nodes == 1  # session 1 became memory
-    assert ["conversion_failed" in e.metadata for e in entries] == [False, True, True]
-    assert result.added and result.errors == ["LM call cap reached: 1 calls made (max_lm_calls=1)"]
+    result = bank.ingest("\n\n".join(sessions), "gina")
+    store = bank.session.store
+    entries = list(store.tree.entries.values())
+    assert [e.text for e in entries] == sessions and result.usage["classification"]["calls"] == 1
+    assert [e.metadata["name"] for e in entries] == ["gina#session_1", "gina#session_2", "gina#session_3"]
+    nodes = list(store.graph.nodes_dict.values())
+    assert [[(s.entry_id, s.spans) for s in n.sources] for n in nodes] == [
+        [(e.entry_id, ((0, len(e.text)),))] for e in entries]  # a node a session, its spans in its session
+    assert all(n.context == "Gina's shops" for n in nodes)
+    store.check()

@@ -7,6 +7,10 @@
   session's date and written one turn a line, as :func:`turn_line` writes it;
 * a folder: the files of those kinds in it and under it, hidden ones left out; a glob: what it matches.
 
+A text that is a dialogue of dated sessions (one turn a line, each starting with its date stamp, a blank line
+between sessions: a LoCoMo conversation rendered as text) is added as the .json's sessions are, one document a
+session (:func:`dated_sessions`, which ``MemoryBank.ingest`` applies to every text it is given).
+
 A document is named by its path as given (a folder's files: the folder's path joined with theirs; a JSONL
 passage or a LoCoMo session: ``PATH#id``), so adding the same path again finds the older version of each.
 What cannot be read (binary data, a bad JSON file, a document over ``max_bytes``) is one line handed to
