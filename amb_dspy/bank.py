@@ -183,9 +183,10 @@ class MemoryBank:
         ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
         ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
         The document is its own entry, named ``name`` and dated ``date`` when given; a dialogue of dated
-        sessions is cut at its sessions, each its own entry (``name#session_N``, dated), as one added session by
-        session would be (:func:`~amb_dspy.memory.documents.dated_sessions`). A document the store already holds
-        (the same text) adds nothing (``added`` False)."""
+        sessions is cut at its sessions, each its own entry (``name#session_N``, dated), as when they are added
+        one by one (:func:`~amb_dspy.memory.documents.dated_sessions`;
+        :meth:`~amb_dspy.memory.writer.MemoryWriter.add_documents` says how they are converted). A document the
+        store already holds (the same text) adds nothing (``added`` False), and so does a session of it."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
