@@ -148,3 +148,18 @@ def test_under_the_lm_policy_a_conversation_in_one_go_is_one_conversion_an_entry
         [(e.entry_id, ((0, len(e.text)),))] for e in entries]  # a node a session, its spans in its session
     assert all(n.context == "Gina's shops" for n in nodes)
     store.check()
+
+
+def test_a_text_file_of_a_conversation_is_added_a_session_an_entry(embedder, tmp_path):
+    sessions = [f"[10:00 am on {day} May, 2023] Gina: I opened my {shop} shop today.\n"
+                f"[10:00 am on {day} May, 2023] Jon: Congratulations on the {shop} shop!"
+                for day, shop in ((2, "dance"), (9, "clothing"))]
+    path = tmp_path / "chat.txt"
+    path.write_text("\n\n".join(sessions) + "\n")
+    bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"),
+                      embedder=embedder)
+    result = bank.add_documents([path])
+    entries = list(bank.session.store.tree.entries.values())
+    assert result.added == [path.as_posix()] and [e.text for e in entries] == sessions
+    assert [(e.metadata["name"], e.metadata["date"]) for e in entries] == [
+        (f"{path.as_posix()}#session_1", "10:00 am on 2 May, 2023"), (f"{path.as_posix()}#session_2", "10:00 am on 9 May, 2023")]

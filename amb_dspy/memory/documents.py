@@ -73,36 +73,6 @@ def turn_line(date: str, speaker: str, text: str, caption: str = "") -> str:
     return f"[{date}] {speaker}: {text}{photo}"
 
 
-def dated_sessions(document: NamedDocument) -> list[NamedDocument]:
-    """``document`` cut where its sessions are, when it is a dialogue of dated sessions; else ``[document]``.
-
-    A dialogue of dated sessions: every line starts with a date stamp (``[1:56 pm on 8 May, 2023] Caroline:
-    ...``, as :func:`turn_line` writes a turn) and its sessions are set apart by blank lines, the stamp changing
-    across each one (a blank line within a session, the stamp unchanged, does not cut it). Each session is a
-    document of its own, ``NAME#session_N`` (N from 1), dated with its first line's stamp: the documents that
-    a LoCoMo .json gives (:func:`_locomo_sessions`), so a conversation added in one go and one added session by
-    session build the same memory (each session classified, its nodes added and related to the sessions before
-    it, as they came), and a session the bank already holds is not added again."""
-    parts, start = [], 0
-    for blank in [*BLANK_LINE.finditer(document.text), None]:
-        end = len(document.text) if blank is None else blank.start()
-        lines = [line for line in document.text[start:end].splitlines() if line.strip()]
-        if lines:
-            stamps = [stamp_of(line) for line in lines]
-            if not all(stamps) or parse_date(stamps[0]) is None:
-                return [document]  # a line without a date: not a dialogue of dated sessions
-            if parts and parts[-1][2] == stamps[0]:  # the same session goes on after a blank line
-                parts[-1] = (parts[-1][0], end, stamps[-1])
-            else:
-                parts.append((start, end, stamps[-1]))
-        start = end if blank is None else blank.end()
-    if len(parts) < 2:
-        return [document]
-    texts = [document.text[a:b].strip() for a, b, _ in parts]
-    return [NamedDocument(f"{document.name}#session_{n}", text, stamp_of(text))
-            for n, text in enumerate(texts, 1)]
-
-
 def bank_path(bank: str, storage_dir: Path) -> Path:
     """Where the bank ``bank`` lives: a name without a folder (``notes``, ``notes.json``) is a file in
     ``STORAGE_DIR/banks/``, where ``memory_start_task(bank="banks/notes.json")`` finds it; a path is itself."""
@@ -206,3 +176,33 @@ def _sessions(conversation: dict, prefix: str) -> Iterator[NamedDocument]:
             raise InputError(f"session_{number}: not a list of turns with speaker and text ({exc!r})") from None
         if lines:
             yield NamedDocument(f"{prefix}session_{number}", "\n".join(lines), date)
+
+
+def dated_sessions(document: NamedDocument) -> list[NamedDocument]:
+    """``document`` cut where its sessions are, when it is a dialogue of dated sessions; else ``[document]``.
+
+    A dialogue of dated sessions: every line starts with a date stamp (``[1:56 pm on 8 May, 2023] Caroline:
+    ...``, as :func:`turn_line` writes a turn) and its sessions are set apart by blank lines, the stamp changing
+    across each one (a blank line within a session, the stamp unchanged, does not cut it). Each session is a
+    document of its own, ``NAME#session_N`` (N from 1), dated with its first line's stamp: the documents that
+    a LoCoMo .json gives (:func:`_locomo_sessions`), so a conversation added in one go and one added session by
+    session build the same memory (each session classified, its nodes added and related to the sessions before
+    it, as they came), and a session the bank already holds is not added again."""
+    parts, start = [], 0
+    for blank in [*BLANK_LINE.finditer(document.text), None]:
+        end = len(document.text) if blank is None else blank.start()
+        lines = [line for line in document.text[start:end].splitlines() if line.strip()]
+        if lines:
+            stamps = [stamp_of(line) for line in lines]
+            if not all(stamps) or parse_date(stamps[0]) is None:
+                return [document]  # a line without a date: not a dialogue of dated sessions
+            if parts and parts[-1][2] == stamps[0]:  # the same session goes on after a blank line
+                parts[-1] = (parts[-1][0], end, stamps[-1])
+            else:
+                parts.append((start, end, stamps[-1]))
+        start = end if blank is None else blank.end()
+    if len(parts) < 2:
+        return [document]
+    texts = [document.text[a:b].strip() for a, b, _ in parts]
+    return [NamedDocument(f"{document.name}#session_{n}", text, stamp_of(text))
+            for n, text in enumerate(texts, 1)]
