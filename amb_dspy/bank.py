@@ -27,7 +27,7 @@ from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
-from amb_dspy.memory.documents import AddResult, read_documents
+from amb_dspy.memory.documents import AddResult, NamedDocument, dated_sessions, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
@@ -186,8 +186,11 @@ class MemoryBank:
 
         ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
         ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
-        The document is its own entry, named ``name`` and dated ``date`` when given; a document the store
-        already holds (the same text) adds nothing (``added`` False)."""
+        The document is its own entry, named ``name`` and dated ``date`` when given; a dialogue of dated
+        sessions is cut at its sessions, each its own entry (``name#session_N``, dated), as when they are added
+        one by one (:func:`~amb_dspy.memory.documents.dated_sessions`;
+        :meth:`~amb_dspy.memory.writer.MemoryWriter.add_documents` says how they are converted). A document the
+        store already holds (the same text) adds nothing (``added`` False), and so does a session of it."""
         started = time.monotonic()
         context = self._checked_context(context)
         if not context.strip():
@@ -195,11 +198,12 @@ class MemoryBank:
         store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
         session = self.session = TaskSession(store, progress=self.progress, **self._shared())
         state, added, replaced = session.state, True, False
+        parts = [(part.text, part.name, part.date) for part in dated_sessions(NamedDocument(name, context, date))]
         with session.meter.counting():
             try:
-                conversion = session.memory.add_document(state, context, name, date)
-                added = conversion is not None
-                replaced = added and conversion.entry is not None and "supersedes" in conversion.entry.metadata
+                conversions = [c for c in session.memory.add_documents(state, parts) if c is not None]
+                added = bool(conversions)
+                replaced = any(c.entry is not None and "supersedes" in c.entry.metadata for c in conversions)
             except LMCallCapReached as exc:
                 state.errors.append(str(exc))
         session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added

@@ -14,12 +14,12 @@ changed: ``db_save_s``, ``db_open_s``, ``db_bytes``). First, unless ``--no-sessi
 session, evidence recall at 1,000 tokens of each. Last line: one JSON object.
 
     python bench/growth.py [--hotpotqa PATH]... [--locomo PATH]... [--sizes 16000,64000,...] [--questions 60]
+                           [--no-sessions | --sessions-only]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import resource
@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent), str(Path(__file__).resolve().parent)]
 
-from memory_recall import Question, covered, hotpotqa_contexts  # noqa: E402
+from memory_recall import Question, covered, entry_offsets, hotpotqa_contexts  # noqa: E402
 
 from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
 from amb_dspy.bank import MemoryBank  # noqa: E402
@@ -43,6 +43,7 @@ from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
 from amb_dspy.memory.view import MemoryView  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.hybrid import HybridIndex  # noqa: E402
+from amb_dspy.storage import InsightDoc  # noqa: E402
 from optimize.locomo import Conversation, load_locomo  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -108,20 +109,26 @@ def pooled(hotpotqa: list[str], locomo: list[str]) -> list[Document]:
 class GrowingBank:
     """One bank, documents added to it; a flat hybrid index over the same documents' units beside it."""
 
-    def __init__(self, config: AmbConfig, embedder):
-        self.bank, self.embedder, self.store = MemoryBank(config, embedder=embedder), embedder, None
+    def __init__(self, config: AmbConfig, embedder, goal: str | None = None):
+        """``goal``: the task goal of the bank's store (the heuristic structure policy favours its words); by
+        default the goal ``MemoryBank.ingest`` gives a new store, named after the first document."""
+        self.bank, self.embedder = MemoryBank(config, embedder=embedder), embedder
+        self.store = None if goal is None else MemoryStore(embedder, InsightDoc(task_goal=goal))
         self.flat, self.units = HybridIndex(embedder.dim), []  # unit key -> (document name, span, text)
-        self.entry_of: dict[str, str] = {}  # document name -> its entry id
+        self.placed: dict[str, tuple[str, int]] = {}  # entry id -> its document's name, where it starts in it
         self.view: MemoryView | None = None
         self.tokens = 0
 
     def add(self, document: Document) -> float:
+        before = 0 if self.store is None else len(self.store.tree.entries)
         started = time.perf_counter()
         self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
         seconds = time.perf_counter() - started
         self.store = self.bank.session.store
-        digest = hashlib.sha256(document.text.encode("utf-8")).hexdigest()
-        self.entry_of[document.name] = self.store.entry_with_hash(digest).entry_id
+        # the document's entries: one, or one per session of a dialogue of dated sessions
+        added = list(self.store.tree.entries.values())[before:]
+        self.placed.update((entry_id, (document.name, offset))
+                           for entry_id, offset in entry_offsets(added, document.text).items())
         texts = [document.text[a:b] for a, b in document.units]
         first = len(self.units)
         self.units += [(document.name, span, text) for span, text in zip(document.units, texts)]
@@ -134,7 +141,9 @@ class GrowingBank:
 
     def view_recall(self, question: Question) -> float:
         _text, lines = self.view.evidence_block(question.text, BUDGET)
-        return _recall(question, [(line.entry_id, (line.start, line.end)) for line in lines], self.entry_of)
+        return _recall(question, [(self.placed[line.entry_id][0], (line.start + self.placed[line.entry_id][1],
+                                                                   line.end + self.placed[line.entry_id][1]))
+                                  for line in lines if line.entry_id in self.placed])
 
     def flat_recall(self, question: Question) -> float:
         vector = self.embedder.embed([question.text])[0]
@@ -144,17 +153,17 @@ class GrowingBank:
             name, span, text = self.units[int(key)]
             cost = estimate_tokens(text) + 1
             if used + cost <= BUDGET:
-                shown.append((self.entry_of[name], span))
+                shown.append((name, span))
                 used += cost
-        return _recall(question, shown, self.entry_of)
+        return _recall(question, shown)
 
 
-def _recall(question: Question, shown: list[tuple[str, tuple[int, int]]], entry_of: dict[str, str]) -> float:
-    """Share of the question's (document, span) evidence that the shown (entry id, span) pairs overlap."""
-    by_entry: dict[str, list[tuple[int, int]]] = {}
-    for entry_id, span in shown:
-        by_entry.setdefault(entry_id, []).append(span)
-    hits = [covered([span], by_entry.get(entry_of[name], [])) for name, span in question.evidence]
+def _recall(question: Question, shown: list[tuple[str, tuple[int, int]]]) -> float:
+    """Share of the question's (document, span) evidence that the shown (document, span) pairs overlap."""
+    by_document: dict[str, list[tuple[int, int]]] = {}
+    for name, span in shown:
+        by_document.setdefault(name, []).append(span)
+    hits = [covered([span], by_document.get(name, [])) for name, span in question.evidence]
     return statistics.fmean(hits) if hits else 0.0
 
 
@@ -247,13 +256,17 @@ def grow(documents: list[Document], sizes: list[int], n_questions: int, config: 
 
 
 def sessionwise(path: str, config: AmbConfig, embedder) -> dict:
-    """Evidence recall at 1,000 tokens of one LoCoMo conversation ingested in one go and session by session."""
+    """Evidence recall at 1,000 tokens of one LoCoMo conversation ingested in one go and session by session: the
+    same questions (those with evidence), the same turn lines, both banks under the same task goal (the
+    heuristic structure policy favours the goal's words: a first document named "... session 1" would bias
+    every summary towards "session")."""
     conversation = load_locomo(f"locomo:{path}")[0]
     text, spans = conversation.render()
     whole = Document(conversation.name, text, list(spans.values()),
                      [Question(q.question, q.answer, [(conversation.name, spans[e]) for e in q.evidence])
                       for q in conversation.questions])
-    at_once, by_session = GrowingBank(config, embedder), GrowingBank(config, embedder)
+    goal = f"Ingest {conversation.name}"
+    at_once, by_session = GrowingBank(config, embedder, goal), GrowingBank(config, embedder, goal)
     at_once.add(whole)
     documents = sessions(conversation)
     for document in documents:
@@ -275,6 +288,7 @@ def main() -> None:
     parser.add_argument("--questions", type=int, default=60, help="HotpotQA questions per size")
     parser.add_argument("--max-step-seconds", type=float, default=1800, help="stop after a step slower than this")
     parser.add_argument("--no-sessions", action="store_true", help="skip LoCoMo one go against session by session")
+    parser.add_argument("--sessions-only", action="store_true", help="only LoCoMo one go against session by session")
     args = parser.parse_args()
     hotpotqa = args.hotpotqa or [str(SHARED / "hotpotqa" / "dev_distractor_300.jsonl"),
                                  str(SHARED / "hotpotqa" / "train_100.jsonl")]
@@ -287,8 +301,9 @@ def main() -> None:
         compared = [] if args.no_sessions else [sessionwise(path, config, embedder) for path in locomo]
         for row in compared:
             print(" ".join(f"{key}={value}" for key, value in row.items()), flush=True)
-        rows, notes = grow(pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions,
-                           config, embedder, Path(work), args.max_step_seconds)
+        rows, notes = ([], {}) if args.sessions_only else grow(
+            pooled(hotpotqa, locomo), [int(s) for s in args.sizes.split(",")], args.questions, config, embedder,
+            Path(work), args.max_step_seconds)
     print(json.dumps({"sizes": rows, **notes, "sessionwise": compared, "load": os.getloadavg()[0],
                       "seconds": round(time.monotonic() - started)}))
 

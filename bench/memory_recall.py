@@ -128,6 +128,18 @@ def hotpotqa_contexts(source: str, n: int | None, start: int = 0) -> list[Contex
     return contexts
 
 
+def entry_offsets(entries, text: str) -> dict[str, int]:
+    """Where the text of each of ``entries`` (in order) starts in ``text``, the context they were ingested from:
+    one entry, or one per session for a dialogue of dated sessions (``MemoryBank.ingest`` cuts it at its
+    sessions), so that provenance spans can be read as spans of the context."""
+    offsets, position = {}, 0
+    for entry in entries:
+        found = text.find(entry.text, position)
+        if found >= 0:
+            offsets[entry.entry_id], position = found, found + len(entry.text)
+    return offsets
+
+
 def covered(evidence: list[Span], shown: list[Span]) -> float:
     """Share of the evidence spans that overlap what was shown (a sentence of a long turn counts)."""
     if not evidence:
@@ -153,6 +165,12 @@ def flat_block(index: HybridIndex, units: list[Span], text: str, query: str, vec
     return "\n".join(text[a:b] for a, b in shown), shown
 
 
+def _line_spans(lines, offsets: dict[str, int]) -> list[Span]:
+    """The shown lines as spans of the context (``offsets``: :func:`entry_offsets`)."""
+    return [(line.start + offsets[line.entry_id], line.end + offsets[line.entry_id])
+            for line in lines if line.entry_id in offsets]
+
+
 def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: dict) -> dict:
     rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
     kinds: dict[tuple[str, str], dict[str, list[float]]] = {}  # (kind, view) -> recalls at 1,000 tokens
@@ -169,7 +187,7 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: d
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
         store = bank.session.store
-        entry = next(e for e in store.tree.entries.values() if e.text == context.text)  # offsets are the context's
+        offsets = entry_offsets(store.tree.entries.values(), context.text)  # spans are read as the context's
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)
             for node in store.graph.nodes_dict.values())
@@ -183,12 +201,12 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: d
             vector = embedder.embed([question.text])[0]
             for budget in BUDGETS:
                 text, nodes, lines = view.summary_block(question.text, budget)
-                spans = [span for node in nodes for source in node.sources if source.entry_id == entry.entry_id
-                         for span in source.spans]
-                spans += [(line.start, line.end) for line in lines if line.entry_id == entry.entry_id]
+                spans = [(a + offsets[source.entry_id], b + offsets[source.entry_id]) for node in nodes
+                         for source in node.sources if source.entry_id in offsets for a, b in source.spans]
+                spans += _line_spans(lines, offsets)
                 blocks = {"summary": (text, spans)}
                 text, lines = view.evidence_block(question.text, budget)
-                blocks["evidence"] = (text, [(line.start, line.end) for line in lines if line.entry_id == entry.entry_id])
+                blocks["evidence"] = (text, _line_spans(lines, offsets))
                 blocks["flat"] = flat_block(flat, context.units, context.text, question.text, vector, budget,
                                             config.retrieval_alpha)
                 for name, (text, shown) in blocks.items():

@@ -7,6 +7,10 @@
   session's date and written one turn a line, as :func:`turn_line` writes it;
 * a folder: the files of those kinds in it and under it, hidden ones left out; a glob: what it matches.
 
+A text that is a dialogue of dated sessions (one turn a line, each starting with its date stamp, a blank line
+between sessions: a LoCoMo conversation rendered as text) is added as the .json's sessions are, one document a
+session (:func:`dated_sessions`, which ``MemoryBank.ingest`` applies to every text it is given).
+
 A document is named by its path as given (a folder's files: the folder's path joined with theirs; a JSONL
 passage or a LoCoMo session: ``PATH#id``), so adding the same path again finds the older version of each.
 What cannot be read (binary data, a bad JSON file, a document over ``max_bytes``) is one line handed to
@@ -25,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amb_dspy.errors import InputError, UserError, one_line
-from amb_dspy.text import is_binary
+from amb_dspy.memory.dates import parse_date, stamp_of
+from amb_dspy.text import BLANK_LINE, is_binary
 from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, folder_files, load_jsonl, read_document
 
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl"}
@@ -162,3 +167,33 @@ def _sessions(conversation: dict, prefix: str) -> Iterator[NamedDocument]:
             raise InputError(f"session_{number}: not a list of turns with speaker and text ({exc!r})") from None
         if lines:
             yield NamedDocument(f"{prefix}session_{number}", "\n".join(lines), date)
+
+
+def dated_sessions(document: NamedDocument) -> list[NamedDocument]:
+    """``document`` cut where its sessions are, when it is a dialogue of dated sessions; else ``[document]``.
+
+    A dialogue of dated sessions: every line starts with a date stamp (``[1:56 pm on 8 May, 2023] Caroline:
+    ...``, as :func:`turn_line` writes a turn) and its sessions are set apart by blank lines, the stamp changing
+    across each one (a blank line within a session, the stamp unchanged, does not cut it). Each session is a
+    document of its own, ``NAME#session_N`` (N from 1), dated with its first line's stamp: the documents that
+    a LoCoMo .json gives (:func:`_locomo_sessions`), so a conversation added in one go and one added session by
+    session build the same memory (each session classified, its nodes added and related to the sessions before
+    it, as they came), and a session the bank already holds is not added again."""
+    parts, start = [], 0
+    for blank in [*BLANK_LINE.finditer(document.text), None]:
+        end = len(document.text) if blank is None else blank.start()
+        lines = [line for line in document.text[start:end].splitlines() if line.strip()]
+        if lines:
+            stamps = [stamp_of(line) for line in lines]
+            if not all(stamps) or parse_date(stamps[0]) is None:
+                return [document]  # a line without a date: not a dialogue of dated sessions
+            if parts and parts[-1][2] == stamps[0]:  # the same session goes on after a blank line
+                parts[-1] = (parts[-1][0], end, stamps[-1])
+            else:
+                parts.append((start, end, stamps[-1]))
+        start = end if blank is None else blank.end()
+    if len(parts) < 2:
+        return [document]
+    texts = [document.text[a:b].strip() for a, b, _ in parts]
+    return [NamedDocument(f"{document.name}#session_{n}", text, stamp_of(text))
+            for n, text in enumerate(texts, 1)]

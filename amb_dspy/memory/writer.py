@@ -8,6 +8,7 @@ carries the conflict queue and the errors, and every agent is called through the
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -62,16 +63,8 @@ class MemoryWriter:
         If classification or structure fails, no node is added, but the text is still kept as an
         interaction entry (marked ``conversion_failed``).
         """
-        goal = self.store.insight_doc.task_goal
-        self._emit("memorise")
         try:
-            clusters = self._agent("classification", context=text, task_goal=goal).clusters
-            # The structure agent packs the clusters into as few calls as its window allows.
-            structured = self._agent("structure", batch=[
-                ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for c in clusters
-            ]) if clusters else []
-            drafts = [NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords))
-                      for c, s in zip(clusters, structured)]
+            pieces = self._classify_structure(text, [0])
         except AgentError as exc:
             state.errors.append(str(exc))
             return Conversion([], str(exc), self.keep_raw(text, metadata, str(exc), attachments))
@@ -79,10 +72,10 @@ class MemoryWriter:
             self.keep_raw(text, metadata, str(exc), attachments)
             raise
         with self.store.transaction():
-            nodes = self.store.add_nodes(drafts)
+            nodes = self.store.add_nodes([draft for _, draft, _ in pieces])
             entry = self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
                                     [n.id for n in nodes],
-                                    spans={node.id: cluster.spans for node, cluster in zip(nodes, clusters)})
+                                    spans={node.id: spans for node, (_, _, spans) in zip(nodes, pieces)})
         return Conversion(nodes, self._analyse_new(state, nodes), entry)
 
     def add_document(self, state: RunState, text: str, name: str, date: str = "") -> Conversion | None:
@@ -94,6 +87,53 @@ class MemoryWriter:
         A document of the same ``name`` with other content is an older version: the new entry names it
         (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
         superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
+        return self.add_documents(state, [(text, name, date)])[0]
+
+    def add_documents(self, state: RunState, documents: Sequence[tuple[str, str, str]]) -> list[Conversion | None]:
+        """:meth:`add_document` for each ``(text, name, date)`` in order (the sessions of one conversation).
+
+        When analysis is sequential (the heuristic policy, ``ingest_analysis="ordered"``) each document is a
+        conversion of its own (:meth:`_convert_each`): the bank is the one the documents added one by one make.
+        Otherwise they are one conversion (:meth:`_convert_together`), in as few LM calls as one text of them all
+        would take. The LM call cap keeps raw every text it leaves unconverted."""
+        pending, seen = [], set()
+        for text, name, date in documents:
+            metadata = self._document_metadata(text, name, date)
+            if metadata is not None and metadata["sha256"] in seen:  # the same text twice: the first is added
+                metadata = None
+            pending.append((text, metadata))
+            seen.add(metadata["sha256"] if metadata else "")
+        new = [(text, metadata) for text, metadata in pending if metadata is not None]
+        if self._sequential() or len(new) < 2:
+            converted = self._convert_each(state, new)
+        else:
+            converted = self._convert_together(state, new)
+            for conversion in converted:
+                self._supersede(conversion)
+        found = iter(converted)
+        return [None if metadata is None else next(found) for _, metadata in pending]
+
+    def _convert_each(self, state: RunState, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
+        """Each document converted on its own, in order, superseding its older version once it is memory."""
+        converted: list[Conversion] = []
+        for i, (text, metadata) in enumerate(documents):
+            try:
+                converted.append(self.convert(state, text, metadata))
+            except LMCallCapReached as exc:  # convert kept its own text raw; the later ones are kept raw here
+                for later, later_metadata in documents[i + 1:]:
+                    self.keep_raw(later, later_metadata, str(exc))
+                raise
+            self._supersede(converted[-1])
+        return converted
+
+    def _supersede(self, conversion: Conversion) -> None:
+        """A document that is a newer version (``metadata["supersedes"]``): its older version's nodes marked."""
+        previous = conversion.entry.metadata.get("supersedes") if conversion.entry is not None else None
+        if previous is not None and conversion.remembered is not None:
+            self.store.supersede(previous, conversion.remembered.entry_id)
+
+    def _document_metadata(self, text: str, name: str, date: str) -> dict[str, Any] | None:
+        """The entry metadata of a document to add (see :meth:`add_document`), or None when the store holds it."""
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         known, previous = self.store.entry_with_hash(digest), self._document_named(name)
         # the same text is a no-op, unless it is an older version of this document brought back (a reverted note)
@@ -107,10 +147,54 @@ class MemoryWriter:
             metadata["date"] = date
         if previous is not None:
             metadata["supersedes"] = previous.entry_id
-        conversion = self.convert(state, text, metadata)
-        if previous is not None and conversion.remembered is not None:
-            self.store.supersede(previous.entry_id, conversion.remembered.entry_id)
-        return conversion
+        return metadata
+
+    def _convert_together(self, state: RunState, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
+        """One conversion of several documents: classified as one text (their texts a blank line apart) and
+        structured in one batch, a topic that crosses from one document into the next cut there; each document
+        its own entry holding its topics' nodes; all the new nodes analysed as one conversion's."""
+        texts = [text for text, _ in documents]
+        starts = [sum(len(t) + 2 for t in texts[:i]) for i in range(len(texts))]
+        try:
+            pieces = self._classify_structure("\n\n".join(texts), starts)
+        except AgentError as exc:
+            state.errors.append(str(exc))
+            return [Conversion([], str(exc), self.keep_raw(text, metadata, str(exc))) for text, metadata in documents]
+        except LMCallCapReached as exc:  # the run stops, the texts stay
+            for text, metadata in documents:
+                self.keep_raw(text, metadata, str(exc))
+            raise
+        with self.store.transaction():
+            nodes = self.store.add_nodes([draft for _, draft, _ in pieces])
+            entries = [self.store.record_entry(
+                InteractionEntry(text=text, metadata=metadata),
+                [node.id for node, (k, _, _) in zip(nodes, pieces) if k == i],
+                spans={node.id: spans for node, (k, _, spans) in zip(nodes, pieces) if k == i})
+                for i, (text, metadata) in enumerate(documents)]
+        failure = self._analyse_new(state, nodes)
+        return [Conversion([node for node, (k, _, _) in zip(nodes, pieces) if k == i], failure, entry)
+                for i, entry in enumerate(entries)]
+
+    def _classify_structure(self, text: str, starts: list[int]) -> list[tuple[int, NodeContent, list[tuple[int, int]]]]:
+        """Classification -> structure of ``text`` made of documents starting at ``starts`` (``[0]``: one):
+        ``(document number, node draft, spans in that document)`` of each topic. A topic with segments in two
+        documents is cut into a topic in each, described alike. The structure agent packs the topics into as
+        few calls as its window allows."""
+        self._emit("memorise")
+        clusters = self._agent("classification", context=text, task_goal=self.store.insight_doc.task_goal).clusters
+        cut = []
+        for cluster in clusters:
+            owner = [bisect.bisect_right(starts, a) - 1 for a, _ in cluster.spans]
+            for k in dict.fromkeys(owner):
+                mine = [(a, b) for (a, b), o in zip(cluster.spans, owner) if o == k]
+                piece = cluster if len(mine) == len(owner) else \
+                    cluster.model_copy(update={"content": "\n\n".join(text[a:b] for a, b in mine)})
+                cut.append((k, piece, [(a - starts[k], b - starts[k]) for a, b in mine]))
+        structured = self._agent("structure", batch=[
+            ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for _, c, _ in cut
+        ]) if cut else []
+        return [(k, NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords)), spans)
+                for (k, c, spans), s in zip(cut, structured)]
 
     def _document_named(self, name: str) -> InteractionEntry | None:
         """The newest version of the document called ``name`` in the store (an entry with a content hash)."""
@@ -158,7 +242,7 @@ class MemoryWriter:
         the verdicts on the nodes before it left: its candidates' rewritten contexts and their new
         neighbours."""
         exclusions = [{n.id for n in nodes[i + 1:]} for i in range(len(nodes))]
-        if self.config.agents.ingest_analysis == "ordered" or self.config.models.policy == "heuristic":
+        if self._sequential():
             failure = ""
             for node, exclude in zip(nodes, exclusions):
                 failure = self.analyse(state, node, exclude) or failure
@@ -177,6 +261,10 @@ class MemoryWriter:
                 continue
             self._apply(state, node, verdict)
         return failure
+
+    def _sequential(self) -> bool:
+        """Whether new nodes are analysed one a call, each on the graph the verdicts before it left."""
+        return self.config.agents.ingest_analysis == "ordered" or self.config.models.policy == "heuristic"
 
     @staticmethod
     def _alone(node: NodeInfo, candidates: list[NodeInfo]) -> dict[str, Any]:
