@@ -105,9 +105,15 @@ class LoCoMoReport(BaseModel):
                 **{f"ingest_{k}_per_question": round(v / count, 2) for k, v in total.items()}}
 
 
+# what ingest builds from the same text changed (2: a dialogue of dated sessions is an entry a session): banks
+# cached before are not reused
+INGEST_REVISION = 2
+
+
 def bank_key(text: str, config: AmbConfig, lm_name: str, compiled: str | Path | None) -> str:
-    """What an ingested bank depends on: the conversation, the compiled agents' files, the policy, the LM."""
-    digest = hashlib.sha256(text.encode("utf-8"))
+    """What an ingested bank depends on: the conversation, the compiled agents' files, the policy, the LM, and
+    :data:`INGEST_REVISION`."""
+    digest = hashlib.sha256(f"{INGEST_REVISION}\0{text}".encode())
     if compiled is not None:
         for file in sorted(Path(compiled).iterdir()):
             if file.is_file():
