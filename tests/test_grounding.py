@@ -143,6 +143,8 @@ TWO_PART_GOAL = "Which river flows through Marrowick, and when does the festival
     ("The River Sennet flows. When does the festival take place?", "no sentence answers 'when does the festival take place'"),
     ("Every year.", "no sentence answers 'Which river flows through Marrowick'"),
     ("Marrowick", ""),  # only the goal's words: nothing copied, nothing invented (a choice, a yes, a no)
+    ("Yes.", ""),
+    ("No, it does not.", ""),
 ])
 def test_a_tiny_lms_answer_must_copy_the_lines_it_was_shown_and_answer_every_part(answer, reason):
     said = uncopied(answer, LINES, TWO_PART_GOAL)

@@ -82,7 +82,8 @@ def uncopied(answer: str, lines: list[str], goal: str) -> str:
         uncopied("The River Sennet flows through Marrowick.", ["The River Sennet flows through Marrowick."],
                  "Which river flows through Marrowick?")  -> ""
     """
-    goal_terms, line_terms = content_terms(goal), [content_terms(line) for line in lines]
+    goal_terms = content_terms(goal) | _YES_NO  # a yes or a no answers the goal, it copies nothing
+    line_terms = [content_terms(line) for line in lines]
     copied: list[tuple[str, set[str]]] = []  # (sentence, the terms of the sentence and its line)
     for sentence in split_sentences(" ".join((answer or "").split())):
         said = content_terms(sentence)
