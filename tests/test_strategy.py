@@ -147,3 +147,11 @@ def test_a_tiny_lm_is_shown_the_lines_that_cover_every_part_of_the_goal():
                        "Memory 2 (node bbbbbb02):\nThe River Sennet flows through Marrowick.\n\n"
                        "Memory 3 (node cccccc03):\nThe festival takes place on the last Saturday of September.")
     assert focused_memory(memory, "What colour is the sky?") == ""
+
+
+def test_a_citation_shows_the_line_the_answer_rests_on(config, embedder):
+    harbour = "\n".join(f"In {1900 + n} the harbour of Port Merrow built {n + 3} new moorings for the fleet." for n in range(12))
+    lm = tiny_lm(**{SHORT_ANSWER: lambda call: {"answer": "The Calder"}})
+    result = MemoryBank(config, lm=lm, embedder=embedder).run(RIVER_GOAL, context=f"{FESTIVAL}\n{harbour}\n{CITY}")
+    assert result.answer == "The Calder" and not result.extractive
+    assert any(cited["source"].startswith(CITY[:40]) for cited in result.citations), result.citations

@@ -19,6 +19,7 @@ from amb_dspy.memory.writer import node_info
 from amb_dspy.storage import InsightDoc, QueryGraphNode
 from amb_dspy.task.adapter import image_task
 from amb_dspy.task.executor import ToolCall
+from amb_dspy.task.grounding import content_terms
 from amb_dspy.task.state import Conflict, revised
 from amb_dspy.tools.search import without_echo
 
@@ -95,11 +96,15 @@ class TaskMemory:
         self.state.conflicts.insert(0, Conflict(conflict.node_ids, conflict.description, conflict.round + 1))
 
     def citation(self, node_id: str) -> dict[str, str]:
-        """A cited node as a user checks it: its topic and the first raw passage it was built from (a search
-        response's first line, which repeats the query, left out)."""
-        sources = self.store.source_texts(node_id)
+        """A cited node as a user checks it: its topic and, of the raw passages it was built from, the line that
+        shares the most words with the task's answer, from there on (the first passage when none does; a
+        search response's first line, which repeats the query, left out)."""
+        lines = [line for *_, text in self.store.source_texts(node_id) for line in without_echo(text).splitlines()
+                 if line.strip()]
+        said = content_terms(self.state.answer or "")
+        best = max(range(len(lines)), key=lambda i: (len(content_terms(lines[i]) & said), -i), default=0)
         return {"node_id": node_id, "topic": without_echo(self.store.graph.node(node_id).context),
-                "source": " ".join(without_echo(sources[0][3]).split())[:300] if sources else ""}
+                "source": " ".join(" ".join(lines[best:best + 3]).split())[:300] if lines else ""}
 
     # --- long-term memory ----------------------------------------------------------------------
     def recall(self, query: str) -> list[str]:
