@@ -8,7 +8,7 @@ import json
 
 import pytest
 from scripted_lm import MEMORY_ANSWER, ScriptedLM
-from test_answer_paths import GOAL, bank_file, config, corpus, verdict  # noqa: F401 - fixtures
+from test_answer_paths import GOAL, bank_file, verdict  # noqa: F401 - fixtures (corpus and config: conftest.py)
 
 from amb_dspy.agents import ConflictNotification, cross_validation_task
 from amb_dspy.bank import MemoryBank
