@@ -20,6 +20,7 @@ from amb_dspy.lm import LMCallCapReached
 from amb_dspy.memory.conversion_budget import budget_observation
 from amb_dspy.memory.dates import resolve_dates
 from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.retrieval.embedding import remember_vectors
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 from amb_dspy.task.adapter import knowledge_text, validation_text
 from amb_dspy.task.executor import ExecutionResult, ToolCall
@@ -184,9 +185,17 @@ class MemoryWriter:
         return {"new_node": node.model_copy(update={"id": None}), "candidates": candidates}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
+        """What retrieval finds for ``node`` (top-k and one hop: :meth:`MemoryStore.retrieve_for_node`).
+
+        The heuristic analysis embeds the node's and the candidates' texts again; their vectors are the store's
+        already, and the embedder is handed them: a bank opened from a file holds thousands of nodes this
+        process never embedded, and running the model on the candidates was most of an add's time."""
         retrieval = self.config.retrieval
-        return self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
-                                            exclude=exclude)
+        found = self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
+                                             exclude=exclude)
+        nodes = [self.store.graph.node(node.id), *found]
+        remember_vectors(self.store.embedder, [n.embedding_text for n in nodes], [n.embedding for n in nodes])
+        return found
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str,
                  attachments: list = ()) -> InteractionEntry | None:
