@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
+from amb_dspy.storage import ContextUpdate
 from optimize.locomo import load_locomo
 
 DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
@@ -64,3 +66,17 @@ def test_adding_to_an_opened_bank_runs_the_model_on_the_new_document_only(saved_
     assert new and any(link in old for node in new for link in node.links)  # analysis compared them with old nodes
     assert fresh.encoded  # the new session was embedded...
     assert not set(fresh.encoded) & set(old.values())  # ...and no old node's text was embedded again
+
+
+def test_a_related_verdict_that_keeps_the_nodes_as_they_are_embeds_nothing_again(saved_bank, embedder):
+    fresh = SpiedEmbedder(cache_dir=embedder.cache_dir, batch_size=embedder.batch_size)
+    store = MemoryStore.load(saved_bank, fresh)
+    a, *others = store.graph.nodes_dict.values()
+    b = next(node for node in others if node.id not in a.links)  # two nodes not linked yet
+    kept = {a.id: ContextUpdate(a.context, list(a.keywords)), b.id: ContextUpdate(b.context, list(b.keywords))}
+    vector = a.embedding
+    store.relate(a.id, b.id, kept)
+    assert b.id in a.links and fresh.encoded == []  # linked; neither text embedded again
+    assert a.embedding is vector and np.array_equal(store.index.vector_of(a.id), vector)
+    store.relate(a.id, b.id, {**kept, b.id: ContextUpdate("A new topic for b", ["topic"])})
+    assert fresh.encoded == [b.embedding_text] and b.context == "A new topic for b"  # a change is embedded

@@ -178,8 +178,15 @@ class MemoryStore(StoreFiles):
         """The embedding text of each node after its update (summary kept); raises for an unknown node."""
         return [node_text(self.graph.node(i).summary, u.context, u.keywords) for i, u in updates.items()]
 
+    def _changing(self, updates: Mapping[str, ContextUpdate]) -> dict[str, ContextUpdate]:
+        """The updates that change their node (raises for an unknown one): an update to the context and keywords
+        the node has is nothing to embed, index or save again (the heuristic analysis relates nodes unchanged)."""
+        return {i: u for i, u in updates.items()
+                if (self.graph.node(i).context, self.graph.node(i).keywords) != (u.context, list(u.keywords))}
+
     def update_contexts(self, updates: dict[str, ContextUpdate]) -> None:
         """Set context and keywords of several nodes and re-embed them from summary + context + keywords."""
+        updates = self._changing(updates)
         texts = self._updated_texts(updates)
         vectors = self._embed(texts) if texts else []
         with self.transaction():
@@ -192,6 +199,7 @@ class MemoryStore(StoreFiles):
     def relate(self, node_id: str, other_id: str, updates: dict[str, ContextUpdate]) -> None:
         """A ``related`` verdict: link the two nodes and apply both context updates, as one change."""
         self.graph.node(node_id), self.graph.node(other_id)
+        updates = self._changing(updates)
         texts = self._updated_texts(updates)
         vectors = self._embed(texts) if texts else []
         with self.transaction():
@@ -279,7 +287,7 @@ class MemoryStore(StoreFiles):
             raise GraphError("a merge needs at least two distinct nodes")
         olds = [self.graph.node(i) for i in old_ids]
         inherited = list(dict.fromkeys(n for old in olds for n in old.links if n not in old_ids))
-        updates = {k: v for k, v in (neighbour_updates or {}).items() if k in inherited}
+        updates = self._changing({k: v for k, v in (neighbour_updates or {}).items() if k in inherited})
         vectors = self._embed([node_text(draft.summary, draft.context, draft.keywords), *self._updated_texts(updates)])
         new = QueryGraphNode(
             id=uuid.uuid4().hex, summary=draft.summary, context=draft.context, keywords=list(draft.keywords),
