@@ -14,7 +14,7 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
-from amb_dspy.storage import ContextUpdate
+from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent
 from optimize.locomo import load_locomo
 
 DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
@@ -80,3 +80,21 @@ def test_a_related_verdict_that_keeps_the_nodes_as_they_are_embeds_nothing_again
     assert a.embedding is vector and np.array_equal(store.index.vector_of(a.id), vector)
     store.relate(a.id, b.id, {**kept, b.id: ContextUpdate("A new topic for b", ["topic"])})
     assert fresh.encoded == [b.embedding_text] and b.context == "A new topic for b"  # a change is embedded
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_failed_add_leaves_every_node_linked_to_its_entries_as_before(saved_bank, embedder, merge):
+    """The tree takes back an add's links node by node (not from a copy of the whole index); a merge in the same
+    change still puts everything back, in the same order."""
+    store = MemoryStore.load(saved_bank, embedder)
+    a, b, c = list(store.graph.nodes_dict)[:3]
+    before, entries = list(store.tree.node_to_entries.items()), list(store.tree.entries)
+    with pytest.raises(RuntimeError), store.transaction():
+        new = store.add_nodes([NodeContent("Jon opens a dance studio.", "dance studio", ["studio"])])[0]
+        store.record_entry(InteractionEntry(text="Jon opens a dance studio."), [a, new.id])
+        if merge:
+            store.merge_nodes([a, b], NodeContent("merged", "merged topic", ["merged"]))
+        store.record_entry(InteractionEntry(text="and Gina her store"), [c])
+        raise RuntimeError("the add fails after its links")
+    assert list(store.tree.node_to_entries.items()) == before and list(store.tree.entries) == entries
+    store.check()
