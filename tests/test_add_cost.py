@@ -98,3 +98,24 @@ def test_a_failed_add_leaves_every_node_linked_to_its_entries_as_before(saved_ba
         raise RuntimeError("the add fails after its links")
     assert list(store.tree.node_to_entries.items()) == before and list(store.tree.entries) == entries
     store.check()
+
+
+def test_the_superseded_nodes_follow_each_change_that_marks_or_removes_one(saved_bank, embedder):
+    store = MemoryStore.load(saved_bank, embedder)
+    first, second = (next(e.entry_id for e in store.tree.entries.values() if e.metadata.get("name") == name)
+                     for name in ("session 1", "session 2"))
+    newer = store.record_entry(InteractionEntry(text="session 1, corrected")).entry_id
+    assert store.superseded() == frozenset()
+    marked = store.supersede(first, newer)
+    assert marked and store.superseded() == frozenset(marked)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.delete_node(marked[0])
+        assert store.superseded() == frozenset(marked[1:])
+        raise RuntimeError("rolled back")
+    assert store.superseded() == frozenset(marked)
+    with pytest.raises(RuntimeError), store.transaction():
+        store.supersede(second, newer)
+        raise RuntimeError("rolled back")
+    assert store.superseded() == frozenset(marked)
+    store.delete_node(marked[0])
+    assert store.superseded() == frozenset(marked[1:])

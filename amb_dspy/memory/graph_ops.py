@@ -43,7 +43,10 @@ class MemoryStore(StoreFiles):
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
         self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
-        self._superseded: tuple[int, frozenset[str]] = (-1, frozenset())  # (revision, the superseded nodes' ids)
+        # superseded()'s answer, worked out again only when the graph may hold other superseded nodes: a step
+        # that marks or removes nodes, or a rollback, counts in _marks (a new graph object counts too)
+        self._marks = 0
+        self._superseded: tuple[QueryGraph | None, int, frozenset[str]] = (None, -1, frozenset())
         # Node ids whose rows the next save to a bank database rewrites (or deletes), and where that database
         # was last saved or loaded (amb_dspy.storage.bank_db). A rolled-back change leaves its ids here: a
         # row written again unchanged costs little, a row missed would be lost.
@@ -65,6 +68,7 @@ class MemoryStore(StoreFiles):
         except BaseException:
             for undo in reversed(self._undo):
                 undo()
+            self._marks += 1
             raise
         finally:
             self._undo = None
@@ -119,6 +123,7 @@ class MemoryStore(StoreFiles):
             self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
         self.unsaved_nodes.add(node_id)
+        self._marks += 1
         node = self.graph.delete_node(node_id)
         self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
@@ -241,16 +246,20 @@ class MemoryStore(StoreFiles):
                   if node.superseded_by is None and node.sources and all(s.entry_id in chain for s in node.sources)]
         with self.transaction():
             self.unsaved_nodes.update(node.id for node in marked)
+            self._marks += 1
             for node in marked:
                 node.superseded_by = new_entry_id
                 self._did(lambda node=node: setattr(node, "superseded_by", None))
         return [node.id for node in marked]
 
-    def superseded(self) -> frozenset[str]:  # worked out once per revision
-        """The ids of the nodes marked superseded (:meth:`supersede`)."""
-        if self._superseded[0] != self.revision:
-            self._superseded = (self.revision, frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by))
-        return self._superseded[1]
+    def superseded(self) -> frozenset[str]:
+        """The ids of the nodes marked superseded (:meth:`supersede`); a scan of the graph only after a change
+        that may have marked or removed one, not after every change (an add makes dozens)."""
+        graph, marks, ids = self._superseded
+        if graph is not self.graph or marks != self._marks:
+            ids = frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by)
+            self._superseded = (self.graph, self._marks, ids)
+        return ids
 
     def current(self, items: list, node_of: Callable[[object], str] = lambda node_id: node_id) -> list:
         """``items`` (``node_of`` gives an item's node id) but those of superseded nodes, unless none is left."""
