@@ -10,10 +10,12 @@ dated), so none of them is in the bank already.
 At each size of ``--sizes`` (tokens, ``estimate_tokens``; 0 is the empty bank) the bank is saved to a bank
 database (``bank_SIZE.sqlite`` under ``--cache``, kept for the next run, which opens it instead of growing it
 again), opened from it as a user's ``amb ingest --bank`` would, and ``--probes`` sessions are added to it one
-after the other, each timed alone (``ingest``) and with the save to the database that follows it (``save``). Prints
-a row per size (tokens, nodes, the median add, each add, the median save, the ratio of the median add to the
-empty bank's) and, last, one JSON object with the load average. ``--profile FILE`` writes a cProfile of the
-largest size's adds.
+after the other. Each add is timed alone (``ingest``), the embedder's cache of vectors emptied first (a new
+session was never embedded, and a process that opened a bank holds none of its nodes' vectors), then saved to
+the database. Prints a row per size (tokens, nodes, the median add, each add, the median add's CPU seconds --
+this process's, less swayed by other work on the machine --, the median save, the seconds to open the bank, the
+median add over the empty bank's) and, last, one JSON object with the load average. ``--profile FILE`` writes a
+cProfile of the largest size's adds. The shared data gives ~830k tokens at most: a larger size stops there.
 
     python bench/add_latency.py [--sizes 0,64000,256000,1000000] [--probes 3] [--cache DIR] [--profile FILE]
 """
@@ -89,29 +91,32 @@ def forget_vectors(embedder) -> None:
 
 
 def add_probes(bank: MemoryBank, path: Path | None, sessions: list[NamedDocument], work: Path,
-               profiler: cProfile.Profile | None) -> tuple[MemoryStore, list[float], list[float]]:
-    """Open a copy of the bank at ``path`` (a new one when None) and add each session, saving after each."""
+               profiler: cProfile.Profile | None) -> tuple[MemoryStore, dict]:
+    """Open a copy of the bank at ``path`` (a new one when None) and add each session, saving after each: the
+    store and the seconds (open; each add, wall and this process's CPU; each save)."""
     copy = work / "probe.sqlite"
     copy.unlink(missing_ok=True)
+    started = time.perf_counter()
     if path is not None:
         shutil.copyfile(path, copy)
         store = MemoryStore.load(copy, bank.embedder)
     else:
         store = MemoryStore(bank.embedder, InsightDoc(task_goal="bench/add_latency.py"))
-    adds, saves = [], []
+    seconds = {"open": time.perf_counter() - started, "add": [], "cpu": [], "save": []}
     for session in sessions:
         forget_vectors(bank.embedder)
         if profiler is not None:
             profiler.enable()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         bank.ingest(session.text, session.name, into=store, date=session.date)
-        adds.append(time.perf_counter() - started)
+        seconds["add"].append(time.perf_counter() - started)
+        seconds["cpu"].append(time.process_time() - cpu)
         if profiler is not None:
             profiler.disable()
         started = time.perf_counter()
         store.export(copy)
-        saves.append(time.perf_counter() - started)
-    return store, adds, saves
+        seconds["save"].append(time.perf_counter() - started)
+    return store, seconds
 
 
 def main() -> None:
@@ -138,13 +143,15 @@ def main() -> None:
         for size in sizes:
             path = grower.bank_of(size) if size else None
             profiler = cProfile.Profile() if args.profile and size == sizes[-1] else None
-            store, adds, saves = add_probes(bank, path, sessions, Path(work), profiler)
+            store, seconds = add_probes(bank, path, sessions, Path(work), profiler)
             if profiler is not None:
                 profiler.dump_stats(args.profile)
             row = {"size": size, "tokens": grower.tokens if size else 0,
                    "bank_nodes": len(grower.store.graph) if size else 0, "nodes_after": len(store.graph),
-                   "add_s_median": round(statistics.median(adds), 3), "add_s": [round(s, 3) for s in adds],
-                   "save_s_median": round(statistics.median(saves), 3)}
+                   "add_s_median": round(statistics.median(seconds["add"]), 3),
+                   "add_s": [round(s, 3) for s in seconds["add"]],
+                   "add_cpu_s_median": round(statistics.median(seconds["cpu"]), 3),
+                   "save_s_median": round(statistics.median(seconds["save"]), 3), "open_s": round(seconds["open"], 3)}
             row["vs_empty"] = round(row["add_s_median"] / rows[0]["add_s_median"], 2) if rows else 1.0
             rows.append(row)
             print(" ".join(f"{key}={value}" for key, value in row.items()), flush=True)
