@@ -119,3 +119,21 @@ def test_the_superseded_nodes_follow_each_change_that_marks_or_removes_one(saved
     assert store.superseded() == frozenset(marked)
     store.delete_node(marked[0])
     assert store.superseded() == frozenset(marked[1:])
+
+
+def test_documents_are_found_by_content_hash_and_by_name_without_reading_every_entry(saved_bank, embedder):
+    """The tree indexes its documents as entries are added: the first entry of a text, the newest of a name; an
+    entry taken back by a rollback is found no more, and a reopened bank finds the same."""
+    store = MemoryStore.load(saved_bank, embedder)
+    first = next(e for e in store.tree.entries.values() if e.metadata.get("name") == "session 1")
+    assert store.entry_with_hash(first.metadata["sha256"]) == first == store.tree.document_named("session 1")
+    newer = store.record_entry(InteractionEntry(text="v2", metadata={"name": "session 1", "sha256": "v2-hash"}))
+    again = store.record_entry(InteractionEntry(text=first.text, metadata=dict(first.metadata)))  # v1 brought back
+    assert store.tree.document_named("session 1") == again and store.entry_with_hash(first.metadata["sha256"]) == first
+    with pytest.raises(RuntimeError), store.transaction():
+        store.record_entry(InteractionEntry(text="v3", metadata={"name": "session 1", "sha256": "v3-hash"}))
+        raise RuntimeError("rolled back")
+    assert store.entry_with_hash("v3-hash") is None and store.tree.document_named("session 1") == again
+    assert store.entry_with_hash("v2-hash") == newer and store.tree.document_named("no such document") is None
+    reopened = MemoryStore.load(store.export(saved_bank.parent / "again.sqlite"), embedder)
+    assert reopened.tree.document_named("session 1") == again and reopened.entry_with_hash("v2-hash") == newer

@@ -233,7 +233,7 @@ class MemoryStore(StoreFiles):
     def entry_with_hash(self, digest: str) -> InteractionEntry | None:
         """The entry whose text has the content hash ``digest`` (``metadata["sha256"]``, recorded when a
         document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
-        return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
+        return self.tree.with_hash(digest)
 
     def supersede(self, old_entry_id: str, new_entry_id: str) -> list[str]:
         """Mark ``superseded_by`` the newer version ``new_entry_id`` the nodes built from ``old_entry_id`` and its own

@@ -96,7 +96,7 @@ class MemoryWriter:
         (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
         superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        known, previous = self.store.entry_with_hash(digest), self._document_named(name)
+        known, previous = self.store.entry_with_hash(digest), self.store.tree.document_named(name)
         # the same text is a no-op, unless it is an older version of this document brought back (a reverted note)
         if known is not None and not (previous is not None and previous.metadata["sha256"] != digest
                                       and known.metadata.get("name") == name):
@@ -112,11 +112,6 @@ class MemoryWriter:
         if previous is not None and conversion.remembered is not None:
             self.store.supersede(previous.entry_id, conversion.remembered.entry_id)
         return conversion
-
-    def _document_named(self, name: str) -> InteractionEntry | None:
-        """The newest version of the document called ``name`` in the store (an entry with a content hash)."""
-        return next((entry for entry in reversed(self.store.tree.entries.values())
-                     if entry.metadata.get("name") == name and "sha256" in entry.metadata), None)
 
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for

@@ -117,6 +117,11 @@ class InteractionTree(BaseModel):
     # public views are read-only.
     _entries: dict[str, InteractionEntry] = PrivateAttr(default_factory=dict)
     _node_to_entries: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    # Documents (entries with a content hash, metadata "sha256", and a "name"): the first entry of each content
+    # hash and the newest of each name, kept as entries are added, so that adding a document to a bank of
+    # thousands does not read them all.
+    _by_hash: dict[str, str] = PrivateAttr(default_factory=dict)
+    _by_name: dict[str, str] = PrivateAttr(default_factory=dict)
     _merge_events: list[MergeEvent] = PrivateAttr(default_factory=list)
     # Inside atomic(): what it takes to put the tree back as it was (see _Journal).
     _journal: _Journal | None = PrivateAttr(default=None)
@@ -136,6 +141,23 @@ class InteractionTree(BaseModel):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def with_hash(self, digest: str) -> InteractionEntry | None:
+        """The first entry of a document whose text has the content hash ``digest`` (``metadata["sha256"]``)."""
+        entry_id = self._by_hash.get(digest)
+        return None if entry_id is None else self._entries[entry_id]
+
+    def document_named(self, name: str) -> InteractionEntry | None:
+        """The newest entry of the document called ``name`` (an entry with a content hash and that name)."""
+        entry_id = self._by_name.get(name)
+        return None if entry_id is None else self._entries[entry_id]
+
+    def _index_document(self, entry: InteractionEntry) -> None:
+        digest, name = entry.metadata.get("sha256"), entry.metadata.get("name")
+        if isinstance(digest, str):
+            self._by_hash.setdefault(digest, entry.entry_id)
+            if isinstance(name, str):
+                self._by_name[name] = entry.entry_id
+
     def entries_for(self, node_id: str) -> list[InteractionEntry]:
         """Every entry of a node, oldest first (entries of nodes merged into it included)."""
         found = [self._entries[e] for e in self._node_to_entries.get(node_id, [])]
@@ -153,8 +175,12 @@ class InteractionTree(BaseModel):
         try:
             yield
         except BaseException:
-            for entry_id in list(self._entries)[journal.entries:]:
-                del self._entries[entry_id]
+            if len(self._entries) > journal.entries:
+                for entry_id in list(self._entries)[journal.entries:]:
+                    del self._entries[entry_id]
+                self._by_hash, self._by_name = {}, {}
+                for entry in self._entries.values():
+                    self._index_document(entry)
             if journal.index is not None:
                 self._node_to_entries = {k: list(v) for k, v in journal.index[0].items()}
                 self._merge_events = list(journal.index[1])
@@ -185,6 +211,7 @@ class InteractionTree(BaseModel):
         if entry.entry_id in self._entries:
             raise TreeError(f"entry {entry.entry_id!r} already exists; entries are never replaced")
         self._entries[entry.entry_id] = entry
+        self._index_document(entry)
         for node_id in node_ids:
             self.link(node_id, entry.entry_id)
 
