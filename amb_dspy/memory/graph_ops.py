@@ -44,7 +44,10 @@ class MemoryStore(StoreFiles):
         self._undo: list[Callable[[], None]] | None = None
         self._order_saved = False
         self.revision = 0  # counts the changes (transactions, rolled back or not): what a reader's cache checks
-        self._superseded: tuple[int, frozenset[str]] = (-1, frozenset())  # (revision, the superseded nodes' ids)
+        # superseded()'s answer, worked out again only when the graph may hold other superseded nodes: a step
+        # that marks or removes nodes, or a rollback, counts in _marks (a new graph object counts too)
+        self._marks = 0
+        self._superseded: tuple[QueryGraph | None, int, frozenset[str]] = (None, -1, frozenset())
         # Node ids whose rows the next save to a bank database rewrites (or deletes), and where that database
         # was last saved or loaded (amb_dspy.storage.bank_db). A rolled-back change leaves its ids here: a
         # row written again unchanged costs little, a row missed would be lost.
@@ -68,6 +71,7 @@ class MemoryStore(StoreFiles):
         except BaseException:
             for undo in reversed(self._undo):
                 undo()
+            self._marks += 1
             raise
         finally:
             self._undo = None
@@ -122,6 +126,7 @@ class MemoryStore(StoreFiles):
             self._did(lambda: self.graph.reorder(order))
             self._order_saved = True
         self.unsaved_nodes.add(node_id)
+        self._marks += 1
         node = self.graph.delete_node(node_id)
         self._did(lambda: self.graph.add_node(node))
         self.index.remove(node_id)
@@ -181,8 +186,15 @@ class MemoryStore(StoreFiles):
         """The embedding text of each node after its update (summary kept); raises for an unknown node."""
         return [node_text(self.graph.node(i).summary, u.context, u.keywords) for i, u in updates.items()]
 
+    def _changing(self, updates: Mapping[str, ContextUpdate]) -> dict[str, ContextUpdate]:
+        """The updates that change their node (raises for an unknown one): an update to the context and keywords
+        the node has is nothing to embed, index or save again (the heuristic analysis relates nodes unchanged)."""
+        return {i: u for i, u in updates.items()
+                if (self.graph.node(i).context, self.graph.node(i).keywords) != (u.context, list(u.keywords))}
+
     def update_contexts(self, updates: dict[str, ContextUpdate]) -> None:
         """Set context and keywords of several nodes and re-embed them from summary + context + keywords."""
+        updates = self._changing(updates)
         texts = self._updated_texts(updates)
         vectors = self._embed(texts) if texts else []
         with self.transaction():
@@ -195,6 +207,7 @@ class MemoryStore(StoreFiles):
     def relate(self, node_id: str, other_id: str, updates: dict[str, ContextUpdate]) -> None:
         """A ``related`` verdict: link the two nodes and apply both context updates, as one change."""
         self.graph.node(node_id), self.graph.node(other_id)
+        updates = self._changing(updates)
         texts = self._updated_texts(updates)
         vectors = self._embed(texts) if texts else []
         with self.transaction():
@@ -223,7 +236,7 @@ class MemoryStore(StoreFiles):
     def entry_with_hash(self, digest: str) -> InteractionEntry | None:
         """The entry whose text has the content hash ``digest`` (``metadata["sha256"]``, recorded when a
         document is added: :meth:`~amb_dspy.memory.writer.MemoryWriter.add_document`), or None."""
-        return next((entry for entry in self.tree.entries.values() if entry.metadata.get("sha256") == digest), None)
+        return self.tree.with_hash(digest)
 
     def supersede(self, old_entry_id: str, new_entry_id: str) -> list[str]:
         """Mark ``superseded_by`` the newer version ``new_entry_id`` the nodes built from ``old_entry_id`` and its own
@@ -236,16 +249,20 @@ class MemoryStore(StoreFiles):
                   if node.superseded_by is None and node.sources and all(s.entry_id in chain for s in node.sources)]
         with self.transaction():
             self.unsaved_nodes.update(node.id for node in marked)
+            self._marks += 1
             for node in marked:
                 node.superseded_by = new_entry_id
                 self._did(lambda node=node: setattr(node, "superseded_by", None))
         return [node.id for node in marked]
 
-    def superseded(self) -> frozenset[str]:  # worked out once per revision
-        """The ids of the nodes marked superseded (:meth:`supersede`)."""
-        if self._superseded[0] != self.revision:
-            self._superseded = (self.revision, frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by))
-        return self._superseded[1]
+    def superseded(self) -> frozenset[str]:
+        """The ids of the nodes marked superseded (:meth:`supersede`); a scan of the graph only after a change
+        that may have marked or removed one, not after every change (an add makes dozens)."""
+        graph, marks, ids = self._superseded
+        if graph is not self.graph or marks != self._marks:
+            ids = frozenset(n.id for n in self.graph.nodes_dict.values() if n.superseded_by)
+            self._superseded = (self.graph, self._marks, ids)
+        return ids
 
     def current(self, items: list, node_of: Callable[[object], str] = lambda node_id: node_id) -> list:
         """``items`` (``node_of`` gives an item's node id) but those of superseded nodes, unless none is left."""
@@ -282,7 +299,7 @@ class MemoryStore(StoreFiles):
             raise GraphError("a merge needs at least two distinct nodes")
         olds = [self.graph.node(i) for i in old_ids]
         inherited = list(dict.fromkeys(n for old in olds for n in old.links if n not in old_ids))
-        updates = {k: v for k, v in (neighbour_updates or {}).items() if k in inherited}
+        updates = self._changing({k: v for k, v in (neighbour_updates or {}).items() if k in inherited})
         vectors = self._embed([node_text(draft.summary, draft.context, draft.keywords), *self._updated_texts(updates)])
         new = QueryGraphNode(
             id=uuid.uuid4().hex, summary=draft.summary, context=draft.context, keywords=list(draft.keywords),

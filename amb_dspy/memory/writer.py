@@ -21,6 +21,7 @@ from amb_dspy.lm import LMCallCapReached
 from amb_dspy.memory.conversion_budget import budget_observation
 from amb_dspy.memory.dates import resolve_dates
 from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.retrieval.embedding import remember_vectors
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
 from amb_dspy.task.adapter import knowledge_text, validation_text
 from amb_dspy.task.executor import ExecutionResult, ToolCall
@@ -135,7 +136,7 @@ class MemoryWriter:
     def _document_metadata(self, text: str, name: str, date: str) -> dict[str, Any] | None:
         """The entry metadata of a document to add (see :meth:`add_document`), or None when the store holds it."""
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        known, previous = self.store.entry_with_hash(digest), self._document_named(name)
+        known, previous = self.store.entry_with_hash(digest), self.store.tree.document_named(name)
         # the same text is a no-op, unless it is an older version of this document brought back (a reverted note)
         if known is not None and not (previous is not None and previous.metadata["sha256"] != digest
                                       and known.metadata.get("name") == name):
@@ -195,11 +196,6 @@ class MemoryWriter:
         ]) if cut else []
         return [(k, NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords)), spans)
                 for (k, c, spans), s in zip(cut, structured)]
-
-    def _document_named(self, name: str) -> InteractionEntry | None:
-        """The newest version of the document called ``name`` in the store (an entry with a content hash)."""
-        return next((entry for entry in reversed(self.store.tree.entries.values())
-                     if entry.metadata.get("name") == name and "sha256" in entry.metadata), None)
 
     def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
@@ -272,9 +268,17 @@ class MemoryWriter:
         return {"new_node": node.model_copy(update={"id": None}), "candidates": candidates}
 
     def _candidates(self, node: QueryGraphNode, exclude: set[str]) -> list[QueryGraphNode]:
+        """What retrieval finds for ``node`` (top-k and one hop: :meth:`MemoryStore.retrieve_for_node`).
+
+        The heuristic analysis embeds the node's and the candidates' texts again; their vectors are the store's
+        already, and the embedder is handed them: a bank opened from a file holds thousands of nodes this
+        process never embedded, and running the model on the candidates was most of an add's time."""
         retrieval = self.config.retrieval
-        return self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
-                                            exclude=exclude)
+        found = self.store.retrieve_for_node(node.id, k=retrieval.retrieval_k, alpha=retrieval.retrieval_alpha,
+                                             exclude=exclude)
+        nodes = [self.store.graph.node(node.id), *found]
+        remember_vectors(self.store.embedder, [n.embedding_text for n in nodes], [n.embedding for n in nodes])
+        return found
 
     def keep_raw(self, text: str, metadata: dict[str, Any], reason: str,
                  attachments: list = ()) -> InteractionEntry | None:

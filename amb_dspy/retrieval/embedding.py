@@ -32,6 +32,7 @@ from amb_dspy.retrieval.embedding_base import (
     load_sentence_transformer,
     model_fingerprint,
     model_label,
+    remember_vectors,
 )
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 # The shared names stay importable from here, where callers have always found them.
 __all__ = ["EMBEDDING_BACKENDS", "MINILM_DIM", "MINILM_PACKAGE", "CachingEmbedder", "Embedder", "EmbeddingError",
            "SentenceTransformerEmbedder", "bundled_minilm_dir", "default_embedder", "load_sentence_transformer",
-           "model_fingerprint", "model_label", "resolve_backend", "shared_embedder"]
+           "model_fingerprint", "model_label", "remember_vectors", "resolve_backend", "shared_embedder"]
 
 EMBEDDING_BACKENDS = ("auto", "onnx", "sentence-transformers")
 

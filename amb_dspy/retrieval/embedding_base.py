@@ -123,6 +123,24 @@ class CachingEmbedder:
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    def remember(self, texts: list[str], vectors: np.ndarray) -> None:
+        """Take ``vectors`` as this model's vectors of ``texts``, computed before (a bank's nodes keep theirs):
+        a later :meth:`embed` of those texts reads them instead of running the model."""
+        with self._lock:
+            for text, vector in zip(texts, vectors):
+                key = hashlib.sha1(text.encode("utf-8")).digest()
+                self._cache[key] = np.array(vector, dtype=np.float32)
+                self._cache.move_to_end(key)
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+
+
+def remember_vectors(embedder: Embedder, texts: list[str], vectors: list[np.ndarray]) -> None:
+    """Hand ``embedder`` the vectors it gave ``texts`` before (:meth:`CachingEmbedder.remember`); an embedder
+    that keeps no cache of vectors embeds them again when asked."""
+    if isinstance(embedder, CachingEmbedder):
+        embedder.remember(texts, vectors)
+
 
 def load_sentence_transformer(model_dir: Path):
     """A sentence-transformers model from a local directory, on the CPU, never from a hub."""

@@ -10,6 +10,7 @@ import json
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import PurePath
 from types import MappingProxyType
@@ -99,14 +100,31 @@ class TreeError(AmbError, ValueError):
     """An operation would break the tree's append-only contract or its references."""
 
 
+@dataclass
+class _Journal:
+    """What :meth:`InteractionTree.atomic` takes back if its block raises: the entries appended after the first
+    ``entries``, the links of the nodes an entry was linked to (``linked``: node id -> its entry ids before, None
+    when it had none), and, once a change dropped or moved links (a merge, a node removed), the whole index and
+    merge events as they were then (``index``; the links journaled before it are put back over it)."""
+
+    entries: int
+    linked: dict[str, list[str] | None] = field(default_factory=dict)
+    index: tuple[dict[str, list[str]], list[MergeEvent]] | None = None
+
+
 class InteractionTree(BaseModel):
     # The stored collections are private so that nothing outside this class can edit them; the
     # public views are read-only.
     _entries: dict[str, InteractionEntry] = PrivateAttr(default_factory=dict)
     _node_to_entries: dict[str, list[str]] = PrivateAttr(default_factory=dict)
+    # Documents (entries with a content hash, metadata "sha256", and a "name"): the first entry of each content
+    # hash and the newest of each name, kept as entries are added, so that adding a document to a bank of
+    # thousands does not read them all.
+    _by_hash: dict[str, str] = PrivateAttr(default_factory=dict)
+    _by_name: dict[str, str] = PrivateAttr(default_factory=dict)
     _merge_events: list[MergeEvent] = PrivateAttr(default_factory=list)
-    # Inside atomic(): how many entries there were, and the index as it was before the block's first change.
-    _journal: tuple[int, tuple | None] | None = PrivateAttr(default=None)
+    # Inside atomic(): what it takes to put the tree back as it was (see _Journal).
+    _journal: _Journal | None = PrivateAttr(default=None)
 
     @property
     def entries(self) -> Mapping[str, InteractionEntry]:
@@ -123,6 +141,23 @@ class InteractionTree(BaseModel):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def with_hash(self, digest: str) -> InteractionEntry | None:
+        """The first entry of a document whose text has the content hash ``digest`` (``metadata["sha256"]``)."""
+        entry_id = self._by_hash.get(digest)
+        return None if entry_id is None else self._entries[entry_id]
+
+    def document_named(self, name: str) -> InteractionEntry | None:
+        """The newest entry of the document called ``name`` (an entry with a content hash and that name)."""
+        entry_id = self._by_name.get(name)
+        return None if entry_id is None else self._entries[entry_id]
+
+    def _index_document(self, entry: InteractionEntry) -> None:
+        digest, name = entry.metadata.get("sha256"), entry.metadata.get("name")
+        if isinstance(digest, str):
+            self._by_hash.setdefault(digest, entry.entry_id)
+            if isinstance(name, str):
+                self._by_name[name] = entry.entry_id
+
     def entries_for(self, node_id: str) -> list[InteractionEntry]:
         """Every entry of a node, oldest first (entries of nodes merged into it included)."""
         found = [self._entries[e] for e in self._node_to_entries.get(node_id, [])]
@@ -136,37 +171,54 @@ class InteractionTree(BaseModel):
         if self._journal is not None:
             yield
             return
-        self._journal = (len(self._entries), None)
+        self._journal = journal = _Journal(len(self._entries))
         try:
             yield
         except BaseException:
-            count, index = self._journal
-            for entry_id in list(self._entries)[count:]:
-                del self._entries[entry_id]
-            if index is not None:
-                self._node_to_entries = {k: list(v) for k, v in index[0].items()}
-                self._merge_events = list(index[1])
+            if len(self._entries) > journal.entries:
+                for entry_id in list(self._entries)[journal.entries:]:
+                    del self._entries[entry_id]
+                self._by_hash, self._by_name = {}, {}
+                for entry in self._entries.values():
+                    self._index_document(entry)
+            if journal.index is not None:
+                self._node_to_entries = {k: list(v) for k, v in journal.index[0].items()}
+                self._merge_events = list(journal.index[1])
+            for node_id, before in journal.linked.items():
+                if before is None:
+                    self._node_to_entries.pop(node_id, None)
+                else:
+                    self._node_to_entries[node_id] = before
             raise
         finally:
             self._journal = None
 
     def _before_change(self) -> None:
-        if self._journal is not None and self._journal[1] is None:
+        """Inside atomic(), before a change that may drop or move nodes' links: the whole index, kept once."""
+        if self._journal is not None and self._journal.index is None:
             index = ({k: list(v) for k, v in self._node_to_entries.items()}, list(self._merge_events))
-            self._journal = (self._journal[0], index)
+            self._journal.index = index
+
+    def _before_link(self, node_id: str) -> None:
+        """Inside atomic(), before an entry is linked to ``node_id``: that node's links alone, kept once (an add
+        links a few nodes of a bank of thousands)."""
+        journal = self._journal
+        if journal is not None and journal.index is None and node_id not in journal.linked:
+            before = self._node_to_entries.get(node_id)
+            journal.linked[node_id] = None if before is None else list(before)
 
     def add_entry(self, entry: InteractionEntry, node_ids: list[str] = ()) -> None:
         if entry.entry_id in self._entries:
             raise TreeError(f"entry {entry.entry_id!r} already exists; entries are never replaced")
-        self._before_change()
         self._entries[entry.entry_id] = entry
+        self._index_document(entry)
         for node_id in node_ids:
             self.link(node_id, entry.entry_id)
 
     def link(self, node_id: str, entry_id: str) -> None:
         if entry_id not in self._entries:
             raise TreeError(f"no entry {entry_id!r} to link to node {node_id!r}")
-        self._before_change()
+        self._before_link(node_id)
         linked = self._node_to_entries.setdefault(node_id, [])
         if entry_id not in linked:
             linked.append(entry_id)
