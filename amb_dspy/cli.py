@@ -160,8 +160,8 @@ def ingest(
     paths: list[str] = typer.Argument(None, help="files, folders (read recursively: .txt .md .html, .jsonl passages, "
                                       ".json LoCoMo conversations) and globs to add, each document its own entry"),
     bank_name: str | None = typer.Option(None, "--bank", help="the bank to add to, created when missing; a name without "
-                                         "a folder is STORAGE_DIR/banks/NAME.json, where amb serve's "
-                                         "memory_start_task(bank='banks/NAME.json') finds it"),
+                                         "a folder is the bank database STORAGE_DIR/banks/NAME.sqlite, "
+                                         "where amb serve's memory_start_task(bank='NAME') finds it"),
     context_file: Path | None = typer.Option(None, "--context-file", help="one more document to remember"),
     export: Path | None = typer.Option(None, "--export", help="write the bank (JSON) here (with --bank: a copy)"),
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),

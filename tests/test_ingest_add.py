@@ -18,6 +18,7 @@ from amb_dspy.cli import app
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import MemoryView
+from amb_dspy.storage.bank_db import bank_db_size
 from amb_dspy.storage.bank_file import BankFileError
 from amb_dspy.storage.bank_names import bank_path
 
@@ -120,34 +121,36 @@ def test_the_bank_grows_across_two_amb_ingest_calls_and_the_server_finds_it(tmp_
     monkeypatch.setenv("AMB_STORAGE_DIR", str(tmp_path / "storage"))
     monkeypatch.setenv("AMB_TEMP_DIR", str(tmp_path / "temp"))
     target = bank_path("demo", tmp_path / "storage")
-    assert target == tmp_path / "storage" / "banks" / "demo.json"
+    assert target == tmp_path / "storage" / "banks" / "demo.sqlite"  # a name is a bank database: it grows
     first = CliRunner().invoke(app, ["ingest", str(DEMO / "marrowick.md"), "--bank", "demo", "--policy", "heuristic"])
     assert first.exit_code == 0, first.output
     assert first.stdout.strip().splitlines()[-1].startswith("documents added 1, newer versions 0, unchanged 0")
-    one = json.loads(target.read_text())
+    one = bank_db_size(target)
     second = CliRunner().invoke(app, ["ingest", str(DEMO / "river-sennet.md"), str(DEMO / "marrowick.md"),
                                       "--bank", "demo", "--policy", "heuristic"])
     assert second.exit_code == 0, second.output
     assert "documents added 1, newer versions 0, unchanged 1" in second.stdout
-    two = json.loads(target.read_text())
-    assert len(two["query_graph"]["nodes"]) > len(one["query_graph"]["nodes"])
-    assert len(two["interaction_tree"]["entries"]) == len(one["interaction_tree"]["entries"]) + 1
+    two = bank_db_size(target)  # (nodes, entries)
+    assert two[0] > one[0] and two[1] == one[1] + 1
     host = ToolHost(config=AmbConfig(storage_dir=tmp_path / "storage"), embedder=None, start_session=None)
-    assert host.bank_file("banks/demo.json") == target.resolve()  # memory_start_task(bank="banks/demo.json")
+    assert host.bank_file("banks/demo.sqlite") == target.resolve()  # memory_start_task(bank="banks/demo.sqlite")
     assert host.bank_file("demo") == target.resolve()  # the name amb ingest was given, as every door reads it
     shown = CliRunner().invoke(app, ["show", "demo"])
     assert shown.exit_code == 0 and "Marrowick" in shown.stdout, shown.output
     asked = CliRunner().invoke(app, ["run", "Which river flows through Marrowick?", "--bank", "demo", "--lm", "local",
                                      "--strategy", "direct", "--policy", "heuristic"])
     assert asked.exit_code == 0 and "Sennet" in asked.stdout.strip().splitlines()[-1], asked.output
-    assert json.loads(target.read_text()) == two  # the bank a run starts from is not changed
+    assert bank_db_size(target) == two  # the bank a run starts from is not changed
 
 
 def test_a_bank_file_here_wins_over_a_bank_of_that_name_in_the_storage_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.json").write_text("{}")
     assert bank_path("notes.json", tmp_path / "storage") == Path("notes.json")
-    assert bank_path("notes", tmp_path / "storage") == tmp_path / "storage" / "banks" / "notes.json"
+    assert bank_path("notes", tmp_path / "storage") == tmp_path / "storage" / "banks" / "notes.sqlite"
+    (tmp_path / "storage" / "banks").mkdir(parents=True)
+    (tmp_path / "storage" / "banks" / "old.json").write_text("{}")  # a bank an earlier release named
+    assert bank_path("old", tmp_path / "storage") == tmp_path / "storage" / "banks" / "old.json"
     assert bank_path("sub/notes.json", tmp_path / "storage") == Path("sub/notes.json")
 
 
