@@ -78,7 +78,8 @@ class VectorIndex:
             raise ValueError(f"{len(keys)} keys for {len(vectors)} vectors")
         if len(keys) == 0:
             return
-        if keys.min() < 0 or len(np.unique(keys)) != len(keys):
+        ordered = np.sort(keys)  # not np.unique: it hashes, many times slower on a bank's 25,000 lines
+        if ordered[0] < 0 or (ordered[1:] == ordered[:-1]).any():
             raise ValueError("keys must be distinct non-negative integers")
         held = keys[keys < len(self._alive)]
         if self._alive[held].any():
