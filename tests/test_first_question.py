@@ -5,6 +5,8 @@ Real embedding model, real FAISS, real bank files."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
 from amb_dspy.memory.view import MemoryView, export_bank, heading_of, label_of
 from amb_dspy.retrieval.keyword import stem, terms, tokenize
@@ -76,3 +78,24 @@ def test_a_task_opened_from_a_bank_database_is_the_banks_copy_and_leaves_the_fil
     assert path.read_bytes() == saved
     reopened = MemoryStore.load(path, embedder)
     assert len(reopened.graph) == len(bank.graph) and reopened.hops == bank.hops
+
+
+def test_a_copys_index_ranks_as_the_originals_and_its_changes_never_reach_the_original(embedder):
+    bank = small_bank(embedder)
+    removed = bank.add_node(NodeDraft(summary="A note merged away later", context="note", keywords=["note"]))
+    bank.delete_node(removed.id)  # a freed key: the copy keeps the original's keys, not new ones
+    copy = bank.copy(InsightDoc(task_goal=QUESTIONS[0]))
+    vector = embedder.embed([QUESTIONS[0]])[0]
+    ranked, scanned = bank.index.rank(vector, QUESTIONS[0], k=10), bank.index.vector.search(vector, 10)
+    assert copy.index.rank(vector, QUESTIONS[0], k=10) == ranked
+    first = next(iter(copy.graph.nodes_dict))
+    copy.add_node(NodeDraft(summary="Corvex Cycles was founded by Ada Lindqvist", context="founder", keywords=["Corvex"]))
+    copy.update_context(first, "a new context", ["changed"])
+    copy.delete_node(list(copy.graph.nodes_dict)[1])
+    copy.check()
+    bank.check()
+    assert bank.index.rank(vector, QUESTIONS[0], k=10) == ranked
+    assert all(np.array_equal(a, b) for a, b in zip(bank.index.vector.search(vector, 10), scanned))
+    assert bank.index.tokens_of(first) != copy.index.tokens_of(first)
+    bank.add_node(NodeDraft(summary="Only the bank's", context="bank", keywords=["bank"]))
+    assert len(copy.index) == len(copy.graph) == len(bank.graph) - 1

@@ -104,6 +104,14 @@ class HybridIndex:
             self._id_of[key] = doc_id
         self._alive[keys] = True
 
+    def copy(self) -> HybridIndex:
+        """An index of the same documents under the same keys that changes apart from this one."""
+        other = HybridIndex.__new__(HybridIndex)
+        other.dim, other.keyword, other.vector = self.dim, self.keyword.copy(), self.vector.copy()
+        other._key_of, other._id_of, other._free = dict(self._key_of), dict(self._id_of), list(self._free)
+        other._next_key, other._alive = self._next_key, self._alive.copy()
+        return other
+
     def remove(self, doc_id: str) -> None:
         key = self._key_of[doc_id]
         self._take(key)

@@ -118,6 +118,9 @@ class _Postings:
         postings.size = len(keys)
         return postings
 
+    def copy(self) -> _Postings:
+        return _Postings.of(self.keys[: self.size], self.tfs[: self.size])
+
     def add(self, key: int, tf: int) -> None:
         if self.size == len(self.keys):
             self.keys = np.concatenate([self.keys, np.empty_like(self.keys)])
@@ -168,6 +171,14 @@ class BM25Index:
     @property
     def capacity(self) -> int:
         return len(self._doc_len)
+
+    def copy(self) -> BM25Index:
+        """An index of the same documents that changes apart from this one (no document tokenised again)."""
+        other = BM25Index(self.k1, self.b, self.epsilon)
+        other._postings = {term: postings.copy() for term, postings in self._postings.items()}
+        other._doc_terms, other._doc_len = dict(self._doc_terms), self._doc_len.copy()
+        other._total_len, other._eps_cache, other._version = self._total_len, self._eps_cache, self._version
+        return other
 
     def add(self, key: int, tokens: list[str]) -> None:
         if key in self._doc_terms:

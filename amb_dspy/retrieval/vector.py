@@ -99,6 +99,14 @@ class VectorIndex:
         self._count += len(keys)
         self._max_norm = max(self._max_norm, float(np.linalg.norm(vectors, axis=1).max()))
 
+    def copy(self) -> VectorIndex:
+        """An index of the same vectors that changes apart from this one (FAISS's codes cloned, not re-encoded)."""
+        other = VectorIndex.__new__(VectorIndex)
+        other.dim, other._faiss, other._index = self.dim, self._faiss, self._faiss.clone_index(self._index)
+        other._exact, other._alive = self._exact.copy(), self._alive.copy()
+        other._count, other._max_norm = self._count, self._max_norm
+        return other
+
     def remove(self, keys: np.ndarray) -> None:
         keys = np.unique(self._held(keys))
         self._exact[keys] = 0.0
