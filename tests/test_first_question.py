@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from amb_dspy.bank import MemoryBank
+from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
 from amb_dspy.memory.view import MemoryView, export_bank, heading_of, label_of
 from amb_dspy.retrieval.keyword import stem, terms, tokenize
@@ -99,3 +101,16 @@ def test_a_copys_index_ranks_as_the_originals_and_its_changes_never_reach_the_or
     assert bank.index.tokens_of(first) != copy.index.tokens_of(first)
     bank.add_node(NodeDraft(summary="Only the bank's", context="bank", keywords=["bank"]))
     assert len(copy.index) == len(copy.graph) == len(bank.graph) - 1
+
+
+def test_a_task_started_on_a_bank_lays_out_its_lines_before_its_first_request(embedder, tmp_path):
+    path = export_bank(small_bank(embedder), tmp_path / "storage" / "bank.sqlite")
+    config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", recall=False)
+    amb = MemoryBank(config, embedder=embedder)
+    assert not amb.start_session(QUESTIONS[0]).busy  # an empty task has nothing to lay out
+    session = amb.start_session(QUESTIONS[0], bank=path)
+    session.submit(lambda: None).result()  # queued after what the start queued
+    view = session.memory_adapter.view
+    reference = MemoryView(MemoryStore.load(path, embedder), view=view.view)
+    assert len(view.line_index.lines) == len(reference.line_index.refresh()) > 0
+    assert all(view.block(question, 200) == reference.block(question, 200) for question in QUESTIONS)
