@@ -230,10 +230,10 @@ class BM25Index:
         docs = np.repeat(np.asarray(keys, dtype=np.int64), lengths)
         pairs, tfs = np.unique(term_ids * (max(keys) + 1) + docs, return_counts=True)
         pair_terms, pair_docs = np.divmod(pairs, max(keys) + 1)
-        bounds = np.flatnonzero(np.diff(pair_terms)) + 1
-        for term_id, term_docs, term_tfs in zip(pair_terms[np.r_[0, bounds]].tolist(), np.split(pair_docs, bounds),
-                                                np.split(tfs, bounds)):
-            term = vocabulary[term_id]
+        edges = np.r_[0, np.flatnonzero(np.diff(pair_terms)) + 1, len(pairs)].tolist()  # each term's pairs
+        tfs = tfs.astype(np.float64)
+        for term_id, start, end in zip(pair_terms[edges[:-1]].tolist(), edges, edges[1:]):  # slices: np.split is slower
+            term, term_docs, term_tfs = vocabulary[term_id], pair_docs[start:end], tfs[start:end]
             postings = self._postings.get(term)
             if postings is None:
                 self._postings[term] = _Postings.of(term_docs, term_tfs)
