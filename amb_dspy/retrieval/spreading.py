@@ -65,7 +65,7 @@ class TermLines:
         if self._sizes:
             lines = np.repeat(np.arange(len(self._sizes), dtype=np.int64), self._sizes)
             pairs = np.sort(lines * max(len(self.term_index), 1) + np.array(self._numbers, dtype=np.int64))
-            pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]  # once each (np.unique hashes: 50 times slower)
+            pairs = pairs[np.diff(pairs, prepend=-1) != 0]  # once each (np.unique hashes: 50 times slower)
             line_of, ids = np.divmod(pairs, max(len(self.term_index), 1))
             ends = self._ends[-1] if len(self._ends) else 0
             counts = np.bincount(line_of, minlength=len(self._sizes))
