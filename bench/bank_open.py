@@ -14,12 +14,15 @@ block (what
 ``memory_context`` shows first: the view lays out and indexes every line, and embeds those the bank holds no
 vector for: all of them from a JSON file, none from a database) and how many texts it ran through the model (the
 question and those lines), the p50 and p95 of the next questions, seconds to save again after adding one more document (the JSON file is rewritten; the database
-writes only the new rows), and the process's RSS after each. Last line: one JSON object, with the load average.
+writes only the new rows), and the process's RSS after each. Then what an MCP client sees: seconds for
+``memory_start_task(bank=...)`` (``MemoryBank.start_session``) and for its first ``memory_context`` asked ``--think``
+seconds later (the agent's turn, in which the task lays out the bank's lines on its own thread) or at once
+(``--think 0``). Last line: one JSON object, with the load average.
 
 ``--embedder onnx`` runs the real model instead of random vectors (minutes to build at a million tokens: use it at
 a smaller ``--tokens``), so that what the first question costs without stored line vectors shows in seconds.
 
-    python bench/bank_open.py [--tokens 1000000] [--embedder random|onnx]
+    python bench/bank_open.py [--tokens 1000000] [--embedder random|onnx] [--think 2]
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ import numpy as np
 
 sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 
-from amb_dspy.config import PathSettings  # noqa: E402
+from amb_dspy.bank import MemoryBank  # noqa: E402
+from amb_dspy.config import AmbConfig, PathSettings  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft  # noqa: E402
 from amb_dspy.memory.view import MemoryView, export_bank  # noqa: E402
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder  # noqa: E402
@@ -124,11 +128,26 @@ def first_questions(store: MemoryStore, asked: list[str]) -> dict:
             "next_p95_ms": round(1000 * later[max(0, math.ceil(0.95 * len(later)) - 1)], 1)}
 
 
+def first_context(path: Path, kind: str, goal: str, think: float) -> dict:
+    """Seconds to start a task on the bank file as ``memory_start_task(bank=...)`` does, and to its first
+    ``memory_context`` asked ``think`` seconds later."""
+    with tempfile.TemporaryDirectory(prefix="amb-bank-open-temp-") as temp:
+        config = AmbConfig(policy="heuristic", storage_dir=path.parent, temp_dir=temp, recall=False, memory_view="evidence")
+        bank = MemoryBank(config, embedder=fresh_embedder(kind))
+        session, started, _ = timed(lambda: bank.start_session(goal, bank=path))
+        time.sleep(think)
+        _, first, _ = timed(session.context)
+        session.close(remember=False)
+    return {"session_start_s": started, "first_context_s": first}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=1_000_000, help="the bank's size (documents of ~1,000 tokens)")
     parser.add_argument("--embedder", choices=("random", "onnx"), default="random",
                         help="random unit vectors (default), or the real model (slow to build)")
+    parser.add_argument("--think", type=float, default=2.0,
+                        help="seconds between memory_start_task and the first memory_context (the agent's turn)")
     args = parser.parse_args()
     rng = random.Random(0)
     vocabulary = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
@@ -155,6 +174,7 @@ def main() -> None:
             del task_store
             add_document(opened_store, rng, vocabulary, documents)
             _, row["save_after_add_s"], _ = timed(export_bank, opened_store, path)
+            row |= {**first_context(path, args.embedder, asked[0], args.think), "think_s": args.think}
             rows[name] = row
             print(name, " ".join(f"{key}={value}" for key, value in row.items()), f"load={os.getloadavg()[0]:.2f}",
                   flush=True)
