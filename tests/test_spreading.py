@@ -54,3 +54,17 @@ def test_lines_kept_one_by_one_give_the_graph_of_all_lines():
     question = terms("Which cathedral rings bells at noon?")
     assert np.allclose(grown.spread(question, {5: 1.0}), whole.spread(question, {5: 1.0}))
     assert np.allclose(grown.walk.toarray(), whole.walk.toarray())
+
+
+def test_lines_without_terms_arriving_alone_keep_their_place():
+    kept = TermLines([terms(LINES[0])])
+    kept.arrays()
+    kept.add(terms("I did."))  # stop words only: a line with no terms, alone since the last assembly
+    ids, ends = kept.arrays()
+    kept.add(terms(LINES[1]))
+    kept.add([])
+    ids, ends = kept.arrays()
+    whole = TermLines([terms(LINES[0]), [], terms(LINES[1]), []])
+    assert len(ends) == len(kept) == 4 and ends[1] == ends[0] and ends[3] == ends[2]
+    assert np.array_equal(ids, whole.arrays()[0]) and np.array_equal(ends, whole.arrays()[1])
+    assert np.array_equal(ids[:ends[0]], np.unique([kept.term_index[t] for t in terms(LINES[0])]))

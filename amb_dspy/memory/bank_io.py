@@ -12,6 +12,7 @@ import numpy as np
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.storage.bank_db import BankParts, is_bank_db, read_bank, write_bank_db
 from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
+from amb_dspy.storage.insight_doc import InsightDoc
 
 
 class StoreFiles:
@@ -53,6 +54,20 @@ class StoreFiles:
         loaded, point = read_bank(path, embedder.dim, embedding_model_name(embedder))
         store = cls.from_loaded(loaded, embedder, path, notices)
         store.save_point = point
+        return store
+
+    @classmethod
+    def load_for_task(cls, path, embedder: Embedder, insight_doc: InsightDoc | None,
+                      notices: list[str] | None = None) -> Self:
+        """What ``load(path, embedder).copy(insight_doc)`` gives, without the copy (a second of a million-token
+        bank's start): a store just opened is the task's alone, so it only lets go of what tied it to the file
+        and to the bank's own task. No save point: the task's saves never write into the file it started from
+        row by row (a save to that path writes a whole bank, which a larger one there is kept from); no
+        hops of the bank's task; a line-vector table whose bookkeeping is the copy's."""
+        store = cls.load(path, embedder, notices)
+        store.line_vectors.complete = store.lines_complete()
+        store.line_vectors.embedded = set()
+        store.insight_doc, store.hops, store.save_point, store.unsaved_nodes = insight_doc, [], None, set()
         return store
 
     def payload(self) -> dict:

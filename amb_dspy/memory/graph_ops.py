@@ -333,7 +333,7 @@ class MemoryStore(StoreFiles):
         other.graph = self.graph.model_copy(deep=True)
         other.tree = InteractionTree.from_dict(self.tree.to_dict())
         other.line_vectors = self.line_vectors.copy(self.lines_complete())  # a copy's first question embeds no line again
-        other._index_all()
+        other.index = self.index.copy()  # the same documents under the same keys: nothing tokenised or encoded again
         return other
 
     def same_content(self, other: MemoryStore) -> bool:

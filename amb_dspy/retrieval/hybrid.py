@@ -70,18 +70,22 @@ class HybridIndex:
         self._id_of[key] = doc_id
         self._alive[key] = True
 
-    def add_many(self, doc_ids: list[str], texts: list[str], vectors: np.ndarray) -> None:
+    def add_many(self, doc_ids: list[str], texts: list[str] | None, vectors: np.ndarray, *,
+                 token_lists: list[list[str]] | None = None) -> None:
         """Index many documents at once, all or none: one FAISS write for all the vectors instead of one
-        per document (a 5,000-document corpus loads in a fraction of the time). They take new keys."""
+        per document (a 5,000-document corpus loads in a fraction of the time). They take new keys.
+        ``token_lists``: the texts' :func:`~amb_dspy.retrieval.keyword.terms`, when the caller has them already
+        (``texts`` is then not read)."""
         vectors = np.asarray(vectors, dtype=np.float32)
-        if len(texts) != len(doc_ids) or vectors.shape != (len(doc_ids), self.dim):
-            raise ValueError(f"{len(doc_ids)} ids, {len(texts)} texts and vectors of shape {vectors.shape} "
+        if token_lists is None:
+            token_lists = [terms(text) for text in texts]
+        if len(token_lists) != len(doc_ids) or vectors.shape != (len(doc_ids), self.dim):
+            raise ValueError(f"{len(doc_ids)} ids, {len(token_lists)} texts and vectors of shape {vectors.shape} "
                              f"(expected {(len(doc_ids), self.dim)})")
         if len(set(doc_ids)) != len(doc_ids) or any(d in self._key_of for d in doc_ids):
             raise KeyError("document ids must be distinct and not indexed yet")
         if not doc_ids:
             return
-        token_lists = [terms(text) for text in texts]
         keys = np.arange(self._next_key, self._next_key + len(doc_ids))
         if keys[-1] >= len(self._alive):
             self._alive = np.concatenate([self._alive, np.zeros(max(len(self._alive), len(keys)), dtype=bool)])
@@ -99,6 +103,14 @@ class HybridIndex:
             self._key_of[doc_id] = key
             self._id_of[key] = doc_id
         self._alive[keys] = True
+
+    def copy(self) -> HybridIndex:
+        """An index of the same documents under the same keys that changes apart from this one."""
+        other = HybridIndex.__new__(HybridIndex)
+        other.dim, other.keyword, other.vector = self.dim, self.keyword.copy(), self.vector.copy()
+        other._key_of, other._id_of, other._free = dict(self._key_of), dict(self._id_of), list(self._free)
+        other._next_key, other._alive = self._next_key, self._alive.copy()
+        return other
 
     def remove(self, doc_id: str) -> None:
         key = self._key_of[doc_id]

@@ -103,25 +103,25 @@ class LineLayout:
         self._title_words: list[frozenset[str]] = []
         self._titles_by_word: dict[str, list[int]] = {}  # a title's least word -> the titles
         self._line_words: list[set[str]] = []
-        self._lines_with: dict[str, list[int]] = {}  # word -> the lines that hold it
+        self._lines_with: dict[str, list[int]] = {}  # word -> the lines that hold it, up to line ``_listed``
+        self._listed = 0  # filled in when a new heading looks for its lines: a text without headings never needs it
 
     def __len__(self) -> int:
         return len(self.asks)
 
-    def add(self, place: tuple[str, int], text: str, speaker: str = "", heading: str = "") -> None:
+    def add(self, place: tuple[str, int], text: str, speaker: str = "", heading: str = "",
+            words: Sequence[str] | None = None) -> None:
         """Line ``len(self)``: at ``place`` (entry id, start offset), reading ``text``, said by ``speaker`` (lower
-        case; "" nobody named) under ``heading`` ("": none)."""
+        case; "" nobody named) under ``heading`` ("": none); ``words``: ``terms(text)``, when the caller has them."""
         line = len(self.asks)
         self._place(line, place)
         self.asks.append(text.rstrip().endswith("?"))
         self.speakers.append(self.speaker_names.setdefault(speaker, len(self.speaker_names)) if speaker else -1)
         own = self._title(heading) if heading else -1
         self.headings.append(own)
-        line_words = set(terms(text))
+        line_words = set(terms(text) if words is None else words)
         self._line_words.append(line_words)
-        for word in line_words:
-            self._lines_with.setdefault(word, []).append(line)
-        named = {i for word in line_words for i in self._titles_by_word.get(word, ())
+        named = {i for word in line_words & self._titles_by_word.keys() for i in self._titles_by_word[word]
                  if i != own and self._title_words[i] <= line_words}
         self.mentions.append(sorted(named))
 
@@ -147,10 +147,18 @@ class LineLayout:
         self._title_words.append(title_words)
         if title_words:
             self._titles_by_word.setdefault(min(title_words), []).append(number)
+            self._list_words()
             for line in self._lines_with.get(min(title_words), ()):
                 if self.headings[line] != number and title_words <= self._line_words[line]:
                     bisect.insort(self.mentions[line], number)
         return number
+
+    def _list_words(self) -> None:
+        """Bring ``_lines_with`` up to the lines added so far (the line being added is not among them yet)."""
+        for line in range(self._listed, len(self._line_words)):
+            for word in self._line_words[line]:
+                self._lines_with.setdefault(word, []).append(line)
+        self._listed = len(self._line_words)
 
     def table(self, holders: Sequence[Sequence[int]]) -> LineTable:
         """The table of the lines so far; ``holders[i]``: the numbers of the nodes that hold line i."""

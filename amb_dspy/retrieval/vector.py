@@ -78,7 +78,8 @@ class VectorIndex:
             raise ValueError(f"{len(keys)} keys for {len(vectors)} vectors")
         if len(keys) == 0:
             return
-        if keys.min() < 0 or len(np.unique(keys)) != len(keys):
+        ordered = np.sort(keys)  # not np.unique: it hashes, many times slower on a bank's 25,000 lines
+        if ordered[0] < 0 or (ordered[1:] == ordered[:-1]).any():
             raise ValueError("keys must be distinct non-negative integers")
         held = keys[keys < len(self._alive)]
         if self._alive[held].any():
@@ -97,6 +98,14 @@ class VectorIndex:
         self._alive[keys] = True
         self._count += len(keys)
         self._max_norm = max(self._max_norm, float(np.linalg.norm(vectors, axis=1).max()))
+
+    def copy(self) -> VectorIndex:
+        """An index of the same vectors that changes apart from this one (FAISS's codes cloned, not re-encoded)."""
+        other = VectorIndex.__new__(VectorIndex)
+        other.dim, other._faiss, other._index = self.dim, self._faiss, self._faiss.clone_index(self._index)
+        other._exact, other._alive = self._exact.copy(), self._alive.copy()
+        other._count, other._max_norm = self._count, self._max_norm
+        return other
 
     def remove(self, keys: np.ndarray) -> None:
         keys = np.unique(self._held(keys))

@@ -48,6 +48,6 @@ def start_store(embedder, bank: str | Path | MemoryStore | None, doc: InsightDoc
     notices: list[str] = []
     if bank is None:
         return MemoryStore(embedder, doc), notices
-    if not isinstance(bank, MemoryStore):
-        bank = MemoryStore.load(bank, embedder, notices=notices)
+    if not isinstance(bank, MemoryStore):  # opened for this task alone: no copy to make
+        return MemoryStore.load_for_task(bank, embedder, doc, notices=notices), notices
     return bank.copy(doc), notices

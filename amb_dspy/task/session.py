@@ -117,6 +117,8 @@ class TaskSession(TaskMemory):
         session = cls(store, namespace=namespace, **shared)
         session.state.notices.extend(notices)
         session.recall(goal)
+        if len(store.graph):  # a bank's lines laid out on the task's thread while its agent thinks, not on its first request
+            session.submit(session.memory_adapter.view.warm)
         return session
 
     def save(self, directory: str | Path | None = None) -> Path:

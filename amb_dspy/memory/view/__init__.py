@@ -172,6 +172,12 @@ class MemoryView:
         self._dated: dict[tuple[str, int, int], str] = {}
         self._costs: dict[tuple[str, int, int], tuple[str, int, int]] = {}
 
+    def warm(self) -> None:
+        """Lay out, index and tabulate the bank's lines now, as the first block would (seconds at a million tokens;
+        :meth:`~amb_dspy.task.session.TaskSession.start` has a task do it on its thread before its first request)."""
+        if self.line_index.refresh():
+            self.line_index.tables()
+
     # --- ranking -----------------------------------------------------------------------------
     def node_scores(self, query: str, vector: np.ndarray) -> dict[str, float]:
         """Every node's hybrid score for the query, raised to ``hop_weight`` x a linked node's score."""

@@ -48,7 +48,7 @@ class LineIndex:
         self.lines_of: dict[str, list[int]] = {}  # per node id, the lines it holds
         self.index: HybridIndex | None = None
         self._position: dict[tuple[str, int, int], int] = {}
-        self._indexed: list[str] = []  # per line, what its index entry reads (its heading and label, its text)
+        self._indexed: list[list[str]] = []  # per line, the terms its index entry reads (its heading and label, its text)
         self._layout = LineLayout()  # per line, what the line table reads
         self._terms = TermLines()  # per line, its words as the spreading matches them
         self._laid: dict[str, tuple] = {}  # node id -> the sources laid out for it
@@ -95,9 +95,10 @@ class LineIndex:
         self.lines.append(Evidence(entry_id, start, end, text[start:end], node_id))
         heading = heading_of(text, line_start, self.count)
         label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
-        self._indexed.append(f"{label} {text[start:end]}" if label else text[start:end])
-        self._layout.add((entry_id, start), text[start:end], speaker_of(text[line_start:end]), heading)
-        self._terms.add(terms(text[start:end]))
+        own = terms(text[start:end])  # the line's terms, found once for all three
+        self._indexed.append(terms(label) + own if label else own)  # the terms of f"{label} {line}"
+        self._layout.add((entry_id, start), text[start:end], speaker_of(text[line_start:end]), heading, own)
+        self._terms.add(own)
         self.holders.append([])
 
     def _index_new(self, first: int) -> None:
@@ -108,8 +109,8 @@ class LineIndex:
             self.store.line_vectors.add(new, self.store.embedder.embed(new))
         if self.index is None:
             self.index = HybridIndex(self.store.embedder.dim)
-        self.index.add_many([str(i) for i in range(first, len(self.lines))], self._indexed[first:],
-                            self.store.line_vectors.matrix(texts))
+        self.index.add_many([str(i) for i in range(first, len(self.lines))], None,
+                            self.store.line_vectors.matrix(texts), token_lists=self._indexed[first:])
 
     def tables(self) -> tuple[SpreadingGraph, LineTable, dict[str, int]]:
         """The spreading graph, the lines' table and each node's number in both (its place in the graph's order),

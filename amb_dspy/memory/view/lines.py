@@ -86,8 +86,10 @@ def _opens_paragraph(text: str, line_start: int) -> bool:
     return at < len(starts) and starts[at] == line_start
 
 
+@functools.lru_cache(maxsize=64)  # a few texts held: a paragraph's lines are laid out one after another
 def _heading_at(text: str, first: int, count: Callable[[str], int]) -> str:
-    """The heading that opens the paragraph beginning at ``first`` ("" when its first line is none)."""
+    """The heading that opens the paragraph beginning at ``first`` ("" when its first line is none): found once
+    per paragraph, not once for each of its lines."""
     line = _line_at(text, first)
     return line.strip() if is_heading(line, _line_at(text, first + len(line) + 1), count) else ""
 
