@@ -1,10 +1,12 @@
 """Shared fixtures: the real embedding model, loaded once per test session; the festival and city notes as
-a local corpus, and a config over it (a test file that needs another corpus or config defines its own)."""
+a local corpus, and a config over it; LoCoMo conversation 30 (a test file that needs another corpus, config or
+conversation defines its own)."""
 
 from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +45,14 @@ def festival_config(tmp_path, corpus):
     from amb_dspy.config import AmbConfig
 
     return AmbConfig(corpus=corpus, storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", max_loops=3)
+
+
+LOCOMO = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
+
+
+@pytest.fixture(scope="module")
+def conversation():
+    """LoCoMo conversation 30 from the shared data, as the growth and add-cost tests add it session by session."""
+    from optimize.locomo import load_locomo
+
+    return load_locomo(f"locomo:{LOCOMO / '30.json'}")[0]

@@ -4,33 +4,15 @@ model, real store and bank database, heuristic policy (no LM)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from test_bank_grows import heuristic_bank, session_text
 
-from amb_dspy.bank import MemoryBank
-from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent
-from optimize.locomo import load_locomo
-
-DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
-
-
-@pytest.fixture(scope="module")
-def conversation():
-    return load_locomo(f"locomo:{DATA / '30.json'}")[0]
-
-
-def session_text(conversation, number: int) -> str:
-    return "\n".join(turn.line() for turn in conversation.turns if turn.session == number)
-
-
-def heuristic_bank(tmp_path: Path, embedder) -> MemoryBank:
-    return MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"), embedder=embedder)
 
 
 class SpiedEmbedder(OnnxEmbedder):

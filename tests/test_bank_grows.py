@@ -4,7 +4,6 @@ Real embedding model, real store, heuristic policy (no LM)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,6 @@ import pytest
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.view import MemoryView
-from optimize.locomo import load_locomo
-
-DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
-
-
-@pytest.fixture(scope="module")
-def conversation():
-    return load_locomo(f"locomo:{DATA / '30.json'}")[0]
 
 
 def session_text(conversation, number: int) -> str:
