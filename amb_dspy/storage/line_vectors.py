@@ -13,7 +13,7 @@ JSON bank files do not carry them (see :mod:`amb_dspy.storage.bank_file`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -58,6 +58,14 @@ class LineVectors:
             if key not in self._vectors:
                 self._vectors[key] = vector
                 self._unsaved[key] = None
+
+    def fill(self, texts: Iterable[str], embed: Callable[[list[str]], np.ndarray]) -> int:
+        """Give the distinct texts among ``texts`` that have no vector yet theirs, made by ``embed`` in one call;
+        how many were embedded."""
+        new = self.missing(texts)
+        if new:
+            self.add(new, embed(new))
+        return len(new)
 
     def matrix(self, texts: Sequence[str]) -> np.ndarray:
         """The texts' vectors, one row each (KeyError for a text with none)."""

@@ -74,18 +74,14 @@ class LineIndex:
         return self.lines
 
     def _lay_out(self, node: QueryGraphNode) -> None:
-        entries = self.store.tree.entries
-        for source in node.sources:
-            text = entries[source.entry_id].text
-            for span in source.spans:
-                for start, end, line_start in pieces(text, *span, self.count, self.line_tokens):
-                    key = (source.entry_id, start, end)
-                    if key not in self._position:
-                        self._add_line(key, text, line_start, node.id)
-                    held = self.holders[self._position[key]]
-                    if node.id not in held:
-                        held.append(node.id)
-                        self.lines_of.setdefault(node.id, []).append(self._position[key])
+        for entry_id, text, start, end, line_start in _node_lines(self.store, node, self.count, self.line_tokens):
+            key = (entry_id, start, end)
+            if key not in self._position:
+                self._add_line(key, text, line_start, node.id)
+            held = self.holders[self._position[key]]
+            if node.id not in held:
+                held.append(node.id)
+                self.lines_of.setdefault(node.id, []).append(self._position[key])
 
     def _add_line(self, key: tuple[str, int, int], text: str, line_start: int, node_id: str) -> None:
         """A new line; a long line's later sentences are found by its stamp and speaker too, a paragraph's lines
@@ -104,9 +100,7 @@ class LineIndex:
     def _index_new(self, first: int) -> None:
         """Index the lines from ``first`` on, in one batch, embedding only those the store has no vector for."""
         texts = [line.text for line in self.lines[first:]]
-        new = self.store.line_vectors.missing(texts)
-        if new:
-            self.store.line_vectors.add(new, self.store.embedder.embed(new))
+        self.store.line_vectors.fill(texts, self.store.embedder.embed)
         if self.index is None:
             self.index = HybridIndex(self.store.embedder.dim)
         self.index.add_many([str(i) for i in range(first, len(self.lines))], None,
@@ -134,12 +128,12 @@ def embed_lines(store: MemoryStore, count: Callable[[str], int] = estimate_token
     first question embeds nothing but the question."""
     table, nodes = store.line_vectors, store.graph.nodes_dict
     wanted = [node for node in nodes.values() if node.id in store.unsaved_nodes] if table.complete else list(nodes.values())
-    new = table.missing(_line_texts(store, wanted, count, line_tokens))
-    if new:
-        table.add(new, store.embedder.embed(new))
+    embedded = table.fill([text[start:end] for node in wanted
+                           for _, text, start, end, _ in _node_lines(store, node, count, line_tokens)],
+                          store.embedder.embed)
     table.embedded.update(node.id for node in wanted)
     table.complete = True
-    return len(new)
+    return embedded
 
 
 def export_bank(store: MemoryStore, path: str | Path) -> Path:
@@ -150,11 +144,12 @@ def export_bank(store: MemoryStore, path: str | Path) -> Path:
     return store.export(path)
 
 
-def _line_texts(store: MemoryStore, nodes: list[QueryGraphNode], count: Callable[[str], int], line_tokens: int):
-    """The texts of the nodes' lines, as :meth:`LineIndex._lay_out` cuts them."""
-    for node in nodes:
-        for source in node.sources:
-            text = store.tree.entries[source.entry_id].text
-            for span in source.spans:
-                for start, end, _ in pieces(text, *span, count, line_tokens):
-                    yield text[start:end]
+def _node_lines(store: MemoryStore, node: QueryGraphNode, count: Callable[[str], int], line_tokens: int):
+    """``(entry id, entry text, start, end, line start)`` of each line of the node's sources, as the view lays
+    them out (:func:`~amb_dspy.memory.view.lines.pieces`)."""
+    entries = store.tree.entries
+    for source in node.sources:
+        text = entries[source.entry_id].text
+        for span in source.spans:
+            for start, end, line_start in pieces(text, *span, count, line_tokens):
+                yield source.entry_id, text, start, end, line_start
