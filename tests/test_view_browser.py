@@ -109,13 +109,19 @@ def test_the_page_draws_the_bank_and_shows_a_clicked_node_without_running_its_te
     tasks = page.locator("#tasks li").all_text_contents()
     assert len(tasks) == 4 and "CROSS_VALIDATE" in tasks[1] and tasks[2].startswith("failure") and tasks[3].startswith("next")
     # the canvas really has the nodes painted: a canvas pixel under each node's centre is not transparent
-    painted = page.evaluate("""() => ambView.cy.nodes().map(n => {
-        const p = n.renderedPosition();
-        return [...document.querySelectorAll('#graph canvas')].some(c => {
-            const scale = c.width / c.clientWidth;
-            return c.getContext('2d').getImageData(Math.round(p.x * scale), Math.round(p.y * scale), 1, 1).data[3] > 0;
+    # (read once the first frame is drawn, and polled until every node's pixel is there: the paint lands after
+    # data-ready, and a test that read it at once failed now and then)
+    page.wait_for_function("() => document.body.dataset.painted === '1'", timeout=30_000)
+    painted = page.wait_for_function("""() => {
+        const under = ambView.cy.nodes().map(n => {
+            const p = n.renderedPosition();
+            return [...document.querySelectorAll('#graph canvas')].some(c => {
+                const scale = c.width / c.clientWidth;
+                return c.getContext('2d').getImageData(Math.round(p.x * scale), Math.round(p.y * scale), 1, 1).data[3] > 0;
+            });
         });
-    })""")
+        return under.every(Boolean) && under;
+    }""", timeout=30_000).json_value()
     assert painted == [True, True, True]
     painted_nowhere = page.evaluate("""() => [...document.querySelectorAll('#graph canvas')].some(c =>
         c.getContext('2d').getImageData(2, 2, 1, 1).data[3] > 0)""")

@@ -86,6 +86,9 @@
     status.hidden = bank.nodes.length > 0;
     document.getElementById("stats").textContent = `${cy.nodes().length} nodes \u00b7 ${cy.edges().length} edges \u00b7 ` +
       `${Object.keys(bank.entries).length} entries \u00b7 ${bank.merges.length} merges`;
+    // "painted": the first frame drawn after the layout, so a reader of the canvas (a test, a screenshot)
+    // waits for the pixels rather than for the data.
+    cy.one("render", () => { document.body.dataset.painted = "1"; });
     document.body.dataset.ready = "1";
   }
 
