@@ -126,12 +126,12 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
             written = await ok(session, "memory_write", text="Alice prefers answers with sources.", kind="preference",
                                namespace="alice")
             found = await ok(session, "memory_search", query="what does Alice prefer", namespace="alice")
-            assert found[0]["item_id"] == written["item_id"]
+            assert found["items"][0]["item_id"] == written["item_id"]
             updated = await ok(session, "memory_update", item_id=written["item_id"], namespace="alice",
                                text="Alice prefers short answers with sources.")
             assert updated["text"].startswith("Alice prefers short")
             assert (await ok(session, "memory_delete", item_id=written["item_id"], namespace="alice"))["deleted"]
-            assert await ok(session, "memory_search", query="Alice", namespace="alice") == []
+            assert await ok(session, "memory_search", query="Alice", namespace="alice") == {"items": []}
             text, error = await call(session, "memory_delete", item_id=written["item_id"], namespace="alice")
             assert error and "no long-term item" in text
 

@@ -80,14 +80,14 @@ def test_an_omitted_namespace_is_the_default_and_an_empty_one_is_refused_by_ever
                             ("memory_delete", {"item_id": "abc"}), ("memory_update", {"item_id": "abc", "text": FACT})]:
         refused(server, name, "namespace", namespace="", **arguments)
     written = ok(server, "memory_write", text=FACT)
-    assert ok(server, "memory_search", query="Calder", namespace="default")[0]["item_id"] == written["item_id"]
+    assert ok(server, "memory_search", query="Calder", namespace="default")["items"][0]["item_id"] == written["item_id"]
 
 
 def test_k_is_from_1_to_100(server):
     ok(server, "memory_write", text=FACT)
     for k in (-1, 0, 101):
         refused(server, "memory_search", "k:", query="Calder", k=k)
-    assert len(ok(server, "memory_search", query="Calder", k=1)) == 1
+    assert len(ok(server, "memory_search", query="Calder", k=1)["items"]) == 1
 
 
 def test_bank_files_are_read_only_from_the_storage_folder_or_a_folder_the_operator_allows(tmp_path, embedder):
@@ -117,7 +117,7 @@ def test_the_long_term_tools_fall_back_to_the_local_store_as_runs_do(tmp_path, e
     config = _config(tmp_path, longterm_backend="qdrant", longterm_url=f"http://127.0.0.1:{free_port()}")
     server = _server(config, embedder)
     written = ok(server, "memory_write", text=FACT, namespace="alice")
-    assert ok(server, "memory_search", query="Calder", namespace="alice")[0]["item_id"] == written["item_id"]
+    assert ok(server, "memory_search", query="Calder", namespace="alice")["items"][0]["item_id"] == written["item_id"]
     assert (config.storage_dir / "longterm.sqlite3").exists()
 
 

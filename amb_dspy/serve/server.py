@@ -4,20 +4,22 @@ Task memory (each task its own bank, see :mod:`amb_dspy.task.session`)::
 
     memory_start_task(goal, namespace?, bank?) -> {"task_id", "notices"}
     memory_observe(task_id, tool, arguments, result, wait?) -> {"entry_id", "node_ids", "repeat", "failure", "message"}
-    memory_context(task_id, budget?) -> the <task> and <memory> blocks for the next step
-    memory_deep_retrieval(task_id, node_id, sources_only?) -> the node's raw record (JSON)
+    memory_context(task_id, budget?) -> {"task_id", "pending_task", "task", "memory", "text"}: the <task> and
+        <memory> blocks for the next step (its text content: the blocks themselves)
+    memory_deep_retrieval(task_id, node_id, sources_only?) -> the node's raw record
     memory_plan(task_id, report?) / memory_complete(task_id, description?, status?, answer?) -> the Insight Doc
     memory_export(task_id, path?) -> {"path"};  memory_end_task(task_id, remember?) -> the task's summary
 
 Long-term memory across tasks (:mod:`amb_dspy.longterm`)::
 
-    memory_search(query, namespace?, k?, kind?), memory_write(text, namespace?, kind?),
-    memory_update(item_id, text, namespace?), memory_delete(item_id, namespace?)
+    memory_search(query, namespace?, k?, kind?) -> {"items"}, memory_write(text, namespace?, kind?),
+    memory_update(item_id, text, namespace?) -> the item, memory_delete(item_id, namespace?) -> {"deleted"}
 
-The tools themselves, their argument rules and their error policy are the one table of
+The tools themselves, their argument rules, result types, hints and error policy are the one table of
 :mod:`amb_dspy.task.tools`; this module binds each to a task id (the registry's open tasks) or to the
-bank, and carries them over stdio or streamable HTTP. A failure comes back as a one-line tool error, and
-one request never takes the server down.
+bank, and carries them over stdio or streamable HTTP. A result is the tool's structured content (its
+declared output schema) with its text form beside it; the hints are the tools' annotations. A failure
+comes back as a one-line tool error, and one request never takes the server down.
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.serve.registry import TaskRegistry
-from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, ToolFailure, ToolHost, validation_line
+from amb_dspy.task.tool_results import ToolResult
+from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, MemoryTool, ToolFailure, ToolHost, validation_line
 
 INSTRUCTIONS = (
     "A task-scoped memory bank. Start a task with memory_start_task(goal) and keep its task_id. After every "
@@ -49,6 +53,18 @@ TASK_ID = inspect.Parameter("task_id", inspect.Parameter.KEYWORD_ONLY, annotatio
 
 def _tool_error(failure: ToolFailure) -> str:
     raise ToolError(str(failure)) from None
+
+
+def _reply(result: ToolResult) -> CallToolResult:
+    """A tool's result as MCP sends it: its fields as structured content, its text form as text content."""
+    return CallToolResult(content=[TextContent(type="text", text=result.as_text())],
+                          structured_content=result.model_dump(mode="json"))
+
+
+def _annotations(tool: MemoryTool) -> ToolAnnotations:
+    hints = tool.hints
+    return ToolAnnotations(read_only_hint=hints.read_only, destructive_hint=hints.destructive,
+                           idempotent_hint=hints.idempotent, open_world_hint=hints.open_world)
 
 
 class _OneLineServer(MCPServer):
@@ -71,11 +87,14 @@ def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy
     server = _OneLineServer(name, instructions=INSTRUCTIONS)
     host = ToolHost(bank.config, bank.embedder, registry.start, tuple(Path(d) for d in allowed_dirs))
     for tool in TOOLS.values():
+        # the SDK's hook: a CallToolResult annotated with the type its structured content is checked against
+        reply = {"on_failure": _tool_error, "reply": _reply, "returns": Annotated[CallToolResult, tool.returns]}
         if tool.on_task:
-            door = tool.bound(registry.get, key=TASK_ID, on_failure=_tool_error)
+            door = tool.bound(registry.get, key=TASK_ID, **reply)
         else:
-            door = tool.bound(lambda: host, on_failure=_tool_error)
-        server.tool(name=tool.name, description=tool.description)(door)
+            door = tool.bound(lambda: host, **reply)
+        server.tool(name=tool.name, description=tool.description, annotations=_annotations(tool),
+                    structured_output=True)(door)
     return server
 
 

@@ -14,6 +14,7 @@ Staging image files lives in :mod:`amb_dspy.task.images`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
@@ -25,7 +26,7 @@ IMAGE_TASK_PREFIX = "Recognise the attached image"  # the wording; the kind is t
 NO_MEMORY = "No related memory yet."
 
 __all__ = [
-    "IMAGE_TASK_PREFIX", "NO_MEMORY", "InputError", "MemoryAdapter", "format_memory", "format_task",
+    "IMAGE_TASK_PREFIX", "NO_MEMORY", "InputError", "MemoryAdapter", "PromptBlocks", "format_memory", "format_task",
     "image_task", "knowledge_text", "recognition_text", "validation_text",
 ]
 
@@ -83,6 +84,22 @@ def validation_text(result: ExecutionResult) -> str:
     return "\n\n".join([f"Validation answer: {result.answer}", *(call.observation for call in result.knowledge)])
 
 
+@dataclass(frozen=True)
+class PromptBlocks:
+    """What the executor reads before a step: the ``<task>`` block's text (the Insight Doc) and the
+    ``<memory>`` block's (the notes for ``pending_task``, or the goal when none); ``text`` is the prompt
+    they make together."""
+
+    task: str
+    memory: str
+    pending_task: str | None = None
+
+    @property
+    def text(self) -> str:
+        return (f"<task>\n{self.task}\n</task>\n\n<memory>\n{self.memory}\n</memory>\n\n"
+                "Carry out the next step based on the task and memory above.")
+
+
 class MemoryAdapter:
     """``<memory>`` in one of :mod:`amb_dspy.memory.view`'s views, at most ``budget`` tokens: ``view="evidence"``
     the raw source lines ranked through the graph, ``"summary"`` the spec's node blocks (a node whose summary does
@@ -111,12 +128,13 @@ class MemoryAdapter:
         text = (self.view.block(query, budget or self.budget) if query and len(self.store.graph) else "") or NO_MEMORY
         return f"{text}\n\n{self.recalled}" if self.recalled else text
 
+    def blocks(self, doc: InsightDoc, already_fetched: Sequence[str] = (), budget: int | None = None) -> PromptBlocks:
+        """The ``<task>`` and ``<memory>`` blocks for ``doc``'s pending task (see :meth:`enhance_prompt`)."""
+        return PromptBlocks(task=format_task(doc, already_fetched), memory=self.memory_text(doc, budget),
+                            pending_task=doc.current_task)
+
     def enhance_prompt(self, doc: InsightDoc, already_fetched: Sequence[str] = (), budget: int | None = None) -> str:
-        memory = self.memory_text(doc, budget)
-        return (
-            f"<task>\n{format_task(doc, already_fetched)}\n</task>\n\n<memory>\n{memory}\n</memory>\n\n"
-            "Carry out the next step based on the task and memory above."
-        )
+        return self.blocks(doc, already_fetched, budget).text
 
     # --- interception ------------------------------------------------------------------------
     def intercept_context(self, doc: InsightDoc, *, cross_validation: bool, images_staged: bool = False) -> TaskKind:

@@ -17,7 +17,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.longterm.run_memory import recall_for_task, remember_run
 from amb_dspy.memory.writer import node_info
 from amb_dspy.storage import InsightDoc, QueryGraphNode
-from amb_dspy.task.adapter import image_task
+from amb_dspy.task.adapter import PromptBlocks, image_task
 from amb_dspy.task.executor import ToolCall
 from amb_dspy.task.grounding import content_terms
 from amb_dspy.task.state import Conflict, revised
@@ -49,8 +49,11 @@ class TaskMemory:
 
     def prompt(self, doc: InsightDoc, budget: int | None = None) -> str:
         """``<task>`` (with what this task already fetched) and ``<memory>`` for ``doc``'s pending task."""
-        return self.memory_adapter.enhance_prompt(doc, already_fetched=self.tool_cache.already_fetched(),
-                                                  budget=budget)
+        return self.prompt_blocks(doc, budget).text
+
+    def prompt_blocks(self, doc: InsightDoc, budget: int | None = None) -> PromptBlocks:
+        """The two blocks of :meth:`prompt`, apart."""
+        return self.memory_adapter.blocks(doc, already_fetched=self.tool_cache.already_fetched(), budget=budget)
 
     def plan_step(self, new_nodes: list[QueryGraphNode], report: str, failure: str) -> bool:
         """Let planning revise the Insight Doc; False when the planning agent failed (its failure rule,

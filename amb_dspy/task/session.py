@@ -39,7 +39,7 @@ from amb_dspy.memory.view import export_bank
 from amb_dspy.memory.writer import MemoryWriter
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
-from amb_dspy.task.adapter import MemoryAdapter
+from amb_dspy.task.adapter import MemoryAdapter, PromptBlocks
 from amb_dspy.task.executor import ExecutionResult, ToolCall, citations
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
@@ -228,12 +228,16 @@ class TaskSession(TaskMemory):
         return Observed(entry_id, [n.id for n in nodes if n.id in self.store.graph], failure=failure,
                         message=f"{len(nodes)} memory node(s) from {tool}" + (f"; {failure}" if failure else "") + said)
 
-    @serial
     def context(self, budget: int | None = None) -> str:
         """The ``<task>`` and ``<memory>`` blocks for the next step; ``budget``: tokens of ``<memory>``."""
+        return self.context_blocks(budget).text
+
+    @serial
+    def context_blocks(self, budget: int | None = None) -> PromptBlocks:
+        """The two blocks of :meth:`context`, apart (what the MCP tool returns as fields)."""
         if budget is not None and not (isinstance(budget, int) and 50 <= budget <= 100_000):
             raise InputError(f"the budget must be a whole number of tokens from 50 to 100000, not {budget!r}")
-        return self.prompt(self.store.insight_doc, budget)
+        return self.prompt_blocks(self.store.insight_doc, budget)
 
     @serial
     def deep_retrieval(self, node_id: str, sources_only: bool = False) -> str:
