@@ -126,3 +126,26 @@ def test_a_json_bank_refuses_a_second_writer_in_one_line_and_the_first_keeps_its
             first.wait()
     saved = json.loads(bank.read_text())["interaction_tree"]["entries"]
     assert saved and {entry["metadata"]["name"] for entry in saved} <= set(first_names)
+
+
+def test_threads_of_one_process_take_turns_on_one_bank_too(tmp_path, embedder):
+    """Two banks of one process (as a server's threads would be) add to one bank database at once through
+    ``MemoryBank.add_documents``: the lock is held once per process and taken in turn by its threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from amb_dspy.bank import MemoryBank
+    from amb_dspy.config import AmbConfig
+
+    shared = notes(tmp_path / "shared", range(100, 103))
+    own = [notes(tmp_path / f"thread{k}", range(6 * k, 6 * k + 6)) for k in range(2)]
+    bank = tmp_path / "bank.sqlite"
+    config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp")
+
+    def add(k: int):
+        return MemoryBank(config, embedder=embedder).add_documents([tmp_path / f"thread{k}", tmp_path / "shared"],
+                                                                    into=bank)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(add, range(2)))
+    assert sorted(entry_names(bank)) == sorted(shared + own[0] + own[1])
+    assert sum(len(result.added) for result in results) == 15 and all(r.written == [bank] for r in results)
