@@ -109,7 +109,7 @@ class BankWriter:
     def _acquire(self) -> None:
         if not self._lock.acquire(wait=False):
             if not self._waited:
-                self.notify(f"{self.path}: another process is adding to this bank; each document waits for its "
+                self.notify(f"{self.path}: another writer is adding to this bank; each document waits for its "
                             "commit")
                 self._waited = True
             self._lock.acquire()
