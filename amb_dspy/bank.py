@@ -27,7 +27,8 @@ from amb_dspy.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
-from amb_dspy.memory.documents import AddResult, NamedDocument, dated_sessions, read_documents
+from amb_dspy.memory.bank_writer import BankWriter
+from amb_dspy.memory.documents import AddResult, Expected, NamedDocument, dated_sessions, read_documents
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
@@ -40,6 +41,7 @@ from amb_dspy.task.inputs import start_store
 from amb_dspy.task.loop import TaskLoop
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import IngestResult, ProgressEvent, RunResult, read_context_file
+from amb_dspy.text import valid_text
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
 __all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
@@ -77,6 +79,7 @@ class MemoryBank:
         self.embedder = embedder if embedder is not None else \
             shared_embedder(self.config.embedding, self.config.paths.cache_dir)
         self.session: TaskSession | None = None  # the latest task started (see the class docstring)
+        self.added: AddResult | None = None  # the latest add_documents, as it grows (what an interrupt kept)
         self.strategy = ""  # the line saying which strategy the latest task took, and why
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
@@ -192,7 +195,7 @@ class MemoryBank:
         :meth:`~amb_dspy.memory.writer.MemoryWriter.add_documents` says how they are converted). A document the
         store already holds (the same text) adds nothing (``added`` False), and so does a session of it."""
         started = time.monotonic()
-        context = self._checked_context(context)
+        context, name = self._checked_context(valid_text(context)), valid_text(name)  # what is stored is UTF-8
         if not context.strip():
             raise InputError("nothing to ingest: the context is empty")
         store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
@@ -212,56 +215,68 @@ class MemoryBank:
                             fallbacks=dict(state.fallbacks), errors=state.errors,
                             seconds=round(time.monotonic() - started, 3), added=added, replaced=replaced)
 
-    def add_documents(self, paths: Iterable[str | Path], *, into: MemoryStore | str | Path | None = None) -> AddResult:
+    def add_documents(self, paths: Iterable[str | Path], *, into: MemoryStore | str | Path | None = None,
+                      export: str | Path | None = None) -> AddResult:
         """Add files, folders (read recursively) and globs to a bank, each document with :meth:`ingest`: its own
         entry, named by its path (:mod:`amb_dspy.memory.documents` says what is read and how it is named).
 
-        ``into``: a store, or a bank file (loaded; a missing file: a new bank); a new bank by default. Export
-        it afterwards (:meth:`export`). An unchanged document adds nothing; a changed one (same name, new text)
-        is added and its old version's nodes are marked superseded. What cannot be read or is over
-        ``max_context_bytes`` (per document) is a line of ``skipped`` (and a notice) and the rest is added."""
-        started, result = time.monotonic(), AddResult()
-        store = into if isinstance(into, MemoryStore) else self._bank_store(into)
+        ``into``: a bank file, a store, or None (a new bank in memory). A bank database (``.sqlite``) gets each
+        document as a commit of its own before the next starts, beside any other process adding to it
+        (:class:`~amb_dspy.memory.bank_writer.BankWriter`): a missing file is a new bank, written at the first
+        commit. A JSON bank file is written once, at the end, and refuses a second writer meanwhile. ``export``:
+        a file the whole bank is written to at the end (a copy), when the add changed it or it is missing.
+        ``AddResult.written`` names the files written.
 
-        def skip(line: str) -> None:
-            result.skipped.append(line)
-            self._report("notice", line, store)
+        An unchanged document adds nothing; a changed one (same name, new text) is added and its old version's
+        nodes are marked superseded. What cannot be read or is over ``max_context_bytes`` (per document) is a
+        line of ``skipped`` (and a notice) and the rest is added. ``added`` is the result as it grows, so that an
+        interrupted caller can say what was committed."""
+        started, result, expected = time.monotonic(), AddResult(), Expected()
+        self.added = result
+        path = self._located(into) if isinstance(into, (str, Path)) else None
+        store = into if isinstance(into, MemoryStore) else None
+        with BankWriter(path, self.embedder, store=store, notify=lambda line: self._report("notice", line)) as writer:
+            def skip(line: str) -> None:
+                result.skipped.append(line)
+                self._report("notice", line, writer.store)
 
-        for document in read_documents(paths, self.config.limits.max_context_bytes, skip):
-            self._report("document", document.name, store)
+            for document in read_documents(paths, self.config.limits.max_context_bytes, skip, expected):
+                self._add_one(writer, document, result, expected)
+            written = writer.close()
+            store = writer.latest() if export is not None else writer.store  # a copy has every writer's commits
+        result.written = [*([path] if writer.database and result.changed else []), *([written] if written else [])]
+        if export is not None and (result.changed or (result.done and not Path(export).exists())):
             try:
-                ingested = self.ingest(document.text, document.name, into=store, date=document.date)
-            except InputError as exc:
-                skip(f"skipped {document.name}: {one_line(exc)}")
-                continue
-            (result.replaced if ingested.replaced else result.added if ingested.added
-             else result.unchanged).append(document.name)
-            result.errors.extend(ingested.errors)
-            for agent, usage in ingested.usage.items():
-                totals = result.usage.setdefault(agent, dict.fromkeys(usage, 0))
-                for key, value in usage.items():
-                    totals[key] = totals.get(key, 0) + value
-            for agent, count in ingested.fallbacks.items():
-                result.fallbacks[agent] = result.fallbacks.get(agent, 0) + count
+                result.written.append(export_bank(store, export))
+            except OSError as exc:  # the documents are in the bank all the same
+                raise InputError(f"cannot export the bank to {export}: {exc.strerror or one_line(exc)}") from None
         result.nodes, result.edges = len(store.graph), store.graph.edge_count
         result.seconds = round(time.monotonic() - started, 3)
         return result
 
-    def _bank_store(self, path: str | Path | None) -> MemoryStore:
-        """The store of the bank file at ``path`` (BankFileError if it is no bank); a new one if there is none."""
-        if path is not None and Path(path).exists():
-            notices: list[str] = []
-            store = MemoryStore.load(path, self.embedder, notices)
-            for notice in notices:
-                self._report("notice", notice, store)
-            return store
-        return MemoryStore(self.embedder, InsightDoc(task_goal="Ingest documents"))
+    def _add_one(self, writer: BankWriter, document: NamedDocument, result: AddResult, expected: Expected) -> None:
+        """One document of :meth:`add_documents`, committed by ``writer``; what cannot be added is skipped."""
+        self._report("document", document.name, writer.store)
+        try:
+            ingested = writer.commit(lambda store: self.ingest(document.text, document.name, into=store,
+                                                               date=document.date))
+        except InputError as exc:
+            result.skipped.append(line := f"skipped {document.name}: {one_line(exc)}")
+            expected.total -= 1
+            self._report("notice", line, writer.store)
+            return
+        result.record(document.name, ingested)
+        phase = "unchanged" if not (ingested.added or ingested.replaced) else \
+            "committed" if writer.database else "added"
+        self._report(phase, document.name, writer.store, done=result.done, total=expected.total)
 
-    def _report(self, phase: str, message: str, store: MemoryStore) -> None:
-        """A progress event outside any session's (a document starting, a file skipped)."""
+    def _report(self, phase: str, message: str, store: MemoryStore | None = None, **count: int) -> None:
+        """A progress event outside any session's (a document starting or committed, a file skipped); ``count``:
+        ``done`` and ``total`` documents of an add."""
         if self.progress is not None:
-            self.progress(ProgressEvent(phase=phase, loop=0, nodes=len(store.graph), edges=store.graph.edge_count,
-                                        conflicts=0, lm_calls=0, tokens=0, message=message))
+            nodes, edges = (len(store.graph), store.graph.edge_count) if store is not None else (0, 0)
+            self.progress(ProgressEvent(phase=phase, loop=0, nodes=nodes, edges=edges, conflicts=0, lm_calls=0,
+                                        tokens=0, message=message, **count))
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:

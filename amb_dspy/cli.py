@@ -24,7 +24,10 @@ app.command("serve")(serve_command)
 
 
 def _fail(message: str, code: int = 1) -> None:
-    typer.echo(f"error: {message}", err=True)
+    """``error: MESSAGE`` on stderr (control characters escaped: it may quote a file name), and exit ``code``."""
+    from amb_dspy.text import printable
+
+    typer.echo(f"error: {printable(message)}", err=True)
     raise typer.Exit(code)
 
 
@@ -188,37 +191,30 @@ def ingest(
     def call() -> None:
         nonlocal bank, result
         from amb_dspy.bank import MemoryBank
-        from amb_dspy.view.progress import progress_display
+        from amb_dspy.view.progress import ingest_display
 
-        with console.status("loading the memory bank...") as status:
-            bank = MemoryBank(config, compiled=compiled, progress=progress_display(console, status))
+        with ingest_display(console) as show:
+            bank = MemoryBank(config, compiled=compiled, progress=show)
             if bank.notice and bank.task_config().models.policy != "heuristic":  # no LM call at ingest then
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.add_documents(sources, into=target)
+            result = bank.add_documents(sources, into=target, export=export)
 
     try:
         with _sigterm_as_interrupt():
             _run_command(call)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, target or export), code=130)
-    wanted = [path for path in (target, export) if path and bank.session and (result.changed or not path.exists())]
-    for path in wanted:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    _ingested(result, [_export(bank, path) for path in wanted])
+    _ingested(result)
 
 
-def _ingested(result, written: list[Path]) -> None:
-    """The last lines of ``amb ingest``: the errors noted, what was added, where the bank went; exit 1 when a
-    document was skipped (the others are in the bank)."""
+def _ingested(result) -> None:
+    """The last lines of ``amb ingest``: the errors noted, then :meth:`~amb_dspy.memory.documents.AddResult.summary`;
+    exit 1 when a document was skipped (the others are in the bank)."""
+    from amb_dspy.text import printable
+
     for error in result.errors:
-        typer.echo(f"note: {error}", err=True)
-    calls = sum(u["calls"] for u in result.usage.values())
-    tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in result.usage.values())
-    fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(result.fallbacks.items())) or "none"
-    typer.echo(f"documents added {len(result.added)}, newer versions {len(result.replaced)}, unchanged "
-               f"{len(result.unchanged)}, skipped {len(result.skipped)}; nodes {result.nodes}, edges {result.edges}, "
-               f"LM calls {calls}, tokens {tokens}, fallbacks {fallbacks}, {result.seconds:.1f} s; "
-               + (f"bank written to {', '.join(map(str, written))}" if written else "no bank written: nothing changed"))
+        typer.echo(f"note: {printable(error)}", err=True)
+    typer.echo(printable(result.summary()))
     if result.skipped:
         _fail(f"{len(result.skipped)} of the documents could not be added (see the lines above)")
 
@@ -235,7 +231,13 @@ def _export(bank, path: Path) -> Path:
 
 
 def _interrupted(bank, export: Path | None) -> str:
-    """What an interrupted run kept: the memory built so far, exported when --export was given."""
+    """What an interrupted run kept: the memory built so far, exported when --export was given; an ingest into a
+    bank database: every document committed before the interrupt (the same command adds the rest)."""
+    from amb_dspy.storage.bank_db import is_bank_db
+
+    if bank is not None and bank.added is not None and export is not None and is_bank_db(export):
+        committed = bank.added.done - len(bank.added.unchanged)
+        return f"interrupted: {committed} documents committed to {export}; the same command adds the rest"
     if bank is None or bank.session is None:
         return "interrupted before the run started: nothing was kept"
     kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"

@@ -1,7 +1,8 @@
 """The one way amb-dspy replaces a file: write a temporary file beside it, fsync it, rename it into place.
 
 A reader, or a process killed mid-write, sees the old file or the new one, never half of one; after a
-crash only a hidden ``.NAME.*.partial`` file can be left behind.
+crash only a hidden ``.NAME.*.partial`` file can be left behind. A file that must not replace one made meanwhile
+(a new bank database) is linked into place instead (:func:`link_new`).
 
 The new file's mode is ``mode`` less the umask, as for any newly created file (``open(path, "w")`` gives
 0o666 less the umask, the default here); it does not copy the mode of the file it replaces. Bank files and
@@ -47,19 +48,44 @@ def new_temp_beside(path: Path, *, mode: int = DEFAULT_MODE, suffix: str = ".par
 
 def replace_with(temp: Path, path: Path) -> None:
     """Flush ``temp`` to disk and rename it over ``path``, then flush the folder so the rename lasts."""
-    fd = os.open(temp, os.O_RDONLY)
+    _flush(temp)
+    os.replace(temp, path)
+    _flush_folder(path.parent)
+
+
+def link_new(temp: Path, path: Path) -> bool:
+    """Flush ``temp`` to disk and give it the name ``path`` too, unless a file is there already (False then: a
+    file another writer made meanwhile is never replaced); the folder is flushed so the name lasts. The caller
+    removes ``temp``."""
+    _flush(temp)
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: a rename, the file's absence checked just before
+        if path.exists():
+            return False
+        os.replace(temp, path)
+    _flush_folder(path.parent)
+    return True
+
+
+def _flush(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
-    os.replace(temp, path)
+
+
+def _flush_folder(folder: Path) -> None:
     try:
-        folder = os.open(path.parent, os.O_RDONLY)
+        fd = os.open(folder, os.O_RDONLY)
     except OSError:  # a folder that cannot be opened (some platforms): the rename is done all the same
         return
     try:
-        os.fsync(folder)
+        os.fsync(fd)
     except OSError:
         pass
     finally:
-        os.close(folder)
+        os.close(fd)

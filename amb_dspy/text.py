@@ -142,3 +142,39 @@ def is_binary(data: bytes) -> bool:
         return True
     controls = len(head) - len(head.translate(None, _CONTROL_BYTES))
     return controls > len(head) // 10
+
+
+# Characters a terminal acts on rather than shows: C0 controls, DEL, C1 controls (0x9b is a CSI of its own), and the
+# bidirectional embeddings, overrides and isolates that reorder what follows them.
+_UNSHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSHOWN_BUT_LINES = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` as a terminal may show it: each control character written as its escape (``\\x1b``, ``\\x00``,
+    ``\\u202e``), so that a document or a file name cannot clear the screen, move the cursor or reorder the line.
+    ``lines``: newlines (``\\r\\n`` as ``\\n``) and tabs stay (a document's text); else they are escaped too (a
+    name, one line).
+    Only what is shown goes through here: the bank keeps every text as it was given."""
+    pattern = _UNSHOWN_BUT_LINES if lines else _UNSHOWN
+    if lines:
+        text = text.replace("\r\n", "\n")  # a line end written the Windows way is a line end
+    return pattern.sub(_escape, valid_text(text))
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate (what Python makes of bytes that are not UTF-8 in a file name, with
+    ``surrogateescape``, or of a JSON ``\\udcff``) written as the escape of the byte it stands for (``\\xff``) or of
+    itself (``\\ud800``): a text that can be stored, sent and printed as UTF-8, and the same for the same name."""
+    return _SURROGATE.sub(_escape_surrogate, text) if _SURROGATE.search(text) else text
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _escape_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code - 0xdc00:02x}" if 0xdc80 <= code <= 0xdcff else f"\\u{code:04x}"

@@ -35,6 +35,13 @@ class StoreFiles:
         self.unsaved_nodes = set()
         return self.save_point.path
 
+    def has_unsaved(self) -> bool:
+        """Whether the next save to the bank database this store last saved to or came from would write
+        anything: changed nodes, entries or merge events after its save point, or everything (no save point)."""
+        point = self.save_point
+        return point is None or bool(self.unsaved_nodes) or len(self.tree.entries) != point.entries \
+            or len(self.tree.merge_events) != point.merge_events
+
     def lines_complete(self) -> bool:
         """Whether every line of every node has a vector in ``line_vectors``, as far as its bookkeeping knows:
         it held every saved node's lines, and each node changed since got its lines' vectors."""

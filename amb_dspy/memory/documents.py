@@ -12,7 +12,9 @@ between sessions: a LoCoMo conversation rendered as text) is added as the .json'
 session (:func:`dated_sessions`, which ``MemoryBank.ingest`` applies to every text it is given).
 
 A document is named by its path as given (a folder's files: the folder's path joined with theirs; a JSONL
-passage or a LoCoMo session: ``PATH#id``), so adding the same path again finds the older version of each.
+passage or a LoCoMo session: ``PATH#id``), so adding the same path again finds the older version of each. A byte
+of a file name that is not UTF-8 is written as its escape (``\\xff``: :func:`document_name`), and so is a lone
+surrogate in a text (a JSON ``"\\udcff"``): what is stored is UTF-8.
 What cannot be read (binary data, a bad JSON file, a document over ``max_bytes``) is one line handed to
 ``skip`` and the others are still read: :func:`read_documents` yields one document at a time, so a folder
 of any size is read as it is added.
@@ -30,7 +32,7 @@ from pathlib import Path
 
 from amb_dspy.errors import InputError, UserError, one_line
 from amb_dspy.memory.dates import parse_date, stamp_of
-from amb_dspy.text import BLANK_LINE, is_binary
+from amb_dspy.text import BLANK_LINE, is_binary, valid_text
 from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, folder_files, load_jsonl, read_document
 
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl"}
@@ -60,10 +62,38 @@ class AddResult:
     fallbacks: dict[str, int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    written: list[Path] = field(default_factory=list)  # the bank files written (a database: at each commit)
 
     @property
     def changed(self) -> bool:
         return bool(self.added or self.replaced)
+
+    @property
+    def done(self) -> int:
+        """Documents handled so far: added, added as a newer version, or found unchanged."""
+        return len(self.added) + len(self.replaced) + len(self.unchanged)
+
+    def summary(self) -> str:
+        """One line: what was added, what it took, where the bank went (the last line of ``amb ingest``)."""
+        calls = sum(u["calls"] for u in self.usage.values())
+        tokens = sum(u["prompt_tokens"] + u["completion_tokens"] for u in self.usage.values())
+        fallbacks = ", ".join(f"{agent} {n}" for agent, n in sorted(self.fallbacks.items())) or "none"
+        written = ", ".join(map(str, self.written))
+        return (f"documents added {len(self.added)}, newer versions {len(self.replaced)}, unchanged "
+                f"{len(self.unchanged)}, skipped {len(self.skipped)}; nodes {self.nodes}, edges {self.edges}, "
+                f"LM calls {calls}, tokens {tokens}, fallbacks {fallbacks}, {self.seconds:.1f} s; "
+                + (f"bank written to {written}" if written else "no bank written: nothing changed"))
+
+    def record(self, name: str, ingested) -> None:
+        """Count one document's :class:`~amb_dspy.task.state.IngestResult` in (its list, usage, fallbacks, errors)."""
+        (self.replaced if ingested.replaced else self.added if ingested.added else self.unchanged).append(name)
+        self.errors.extend(ingested.errors)
+        for agent, usage in ingested.usage.items():
+            totals = self.usage.setdefault(agent, dict.fromkeys(usage, 0))
+            for key, value in usage.items():
+                totals[key] = totals.get(key, 0) + value
+        for agent, count in ingested.fallbacks.items():
+            self.fallbacks[agent] = self.fallbacks.get(agent, 0) + count
 
 
 def turn_line(date: str, speaker: str, text: str, caption: str = "") -> str:
@@ -72,9 +102,22 @@ def turn_line(date: str, speaker: str, text: str, caption: str = "") -> str:
     return f"[{date}] {speaker}: {text}{photo}"
 
 
-def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[str], None]) -> Iterator[NamedDocument]:
-    """The documents of ``paths`` (files, folders, globs), one at a time; what cannot be read goes to ``skip``."""
-    for path, name in _files(paths, skip):
+@dataclass
+class Expected:
+    """How many documents :func:`read_documents` expects to yield in all, as far as it knows yet: a file counts
+    one until it is read, then as many as it holds (a .jsonl's passages, a .json's sessions); skipped ones not."""
+
+    total: int = 0
+
+
+def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[str], None],
+                   expected: Expected | None = None) -> Iterator[NamedDocument]:
+    """The documents of ``paths`` (files, folders, globs), one at a time; what cannot be read goes to ``skip``.
+    ``expected`` is kept up to date as they are read (a progress bar's total)."""
+    expected = expected if expected is not None else Expected()
+    files = list(_files(paths, skip))
+    expected.total += len(files)
+    for path, name in files:
         try:
             if path.suffix.lower() not in {".json", ".jsonl"} and path.stat().st_size > max_bytes:
                 raise InputError(_too_large(path.stat().st_size, max_bytes))
@@ -82,13 +125,23 @@ def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[
         except (UserError, OSError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
             skip(f"skipped {name}: {why}")
+            expected.total -= 1
             continue
+        expected.total += len(documents) - 1
         for document in documents:
+            document = NamedDocument(valid_text(document.name), valid_text(document.text), document.date)
             size = len(document.text.encode("utf-8"))
             if size > max_bytes:
                 skip(f"skipped {document.name}: {_too_large(size, max_bytes)}")
+                expected.total -= 1
             else:
                 yield document
+
+
+def document_name(path: Path) -> str:
+    """The name a file's documents take: its path as given, a byte that is not UTF-8 written as its escape
+    (``notes/\\xff.md``), so that the name can be stored and shown, and is the same at every add."""
+    return valid_text(path.as_posix())
 
 
 def _too_large(size: int, max_bytes: int) -> str:
@@ -105,18 +158,18 @@ def _files(paths: Iterable[str | Path], skip: Callable[[str], None]) -> Iterator
         elif glob.has_magic(given):
             matches = [Path(p) for p in sorted(glob.glob(os.path.expanduser(given), recursive=True))]
             if not matches:
-                skip(f"skipped {given}: no file matches")
+                skip(f"skipped {valid_text(given)}: no file matches")
         else:
             matches = []
-            skip(f"skipped {given}: no such file or folder")
+            skip(f"skipped {valid_text(given)}: no such file or folder")
         for match in matches:
             if match.is_dir():
                 for relative, file in folder_files(match, skip, suffixes=DOCUMENT_SUFFIXES):
-                    yield file, (match / relative).as_posix()
+                    yield file, document_name(match / relative)
             elif match.is_file():
-                yield match, match.as_posix()
+                yield match, document_name(match)
             else:
-                skip(f"skipped {match}: not a regular file")
+                skip(f"skipped {document_name(match)}: not a regular file")
 
 
 def _read_file(path: Path, name: str) -> Iterator[NamedDocument]:

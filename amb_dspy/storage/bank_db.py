@@ -6,7 +6,8 @@ old ones the add re-linked or re-described, the new entries and merge events, an
 (stdlib ``sqlite3``) rather than an append-only log with snapshots: one file, no compaction to write, and its
 transactions are the crash safety: each save is one transaction, so a process killed mid-save leaves the bank of
 the previous save (the next open rolls the unfinished one back). WAL mode lets ``amb show`` read while a task
-writes. Embeddings are float32 blobs, read back straight into one matrix: exact, and no model run on open.
+writes. A save holds the bank's write lock (:mod:`amb_dspy.storage.bank_lock`); a new database is written whole
+under a temporary name and linked into place, so it is complete or absent. Embeddings are float32 blobs, read back straight into one matrix: exact, and no model run on open.
 The evidence view's line vectors (:mod:`amb_dspy.storage.line_vectors`) are kept too, so that the first question
 after opening a large bank does not embed every line again (minutes at a million tokens): one row per save of the
 vectors it added, their keys and float32 values end to end (a row per vector would waste a third of each page).
@@ -32,7 +33,6 @@ holds and validates it with the same code, so both formats load to the same bank
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import uuid
 from collections.abc import Collection
@@ -43,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from amb_dspy.files import PRIVATE_MODE
+from amb_dspy.errors import one_line
+from amb_dspy.files import PRIVATE_MODE, link_new, new_temp_beside, replace_with
 from amb_dspy.notices import Notify, notice
 from amb_dspy.storage.bank_file import (
     FORMAT_NAME,
@@ -54,6 +55,7 @@ from amb_dspy.storage.bank_file import (
     export_target,
     load_bank,
 )
+from amb_dspy.storage.bank_lock import bank_lock
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionTree
@@ -199,20 +201,33 @@ class BankParts:
 
 def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
                   changed: Collection[str] = (), notify: Notify = notice) -> SavePoint:
-    """Save ``bank`` to the database at ``path`` in one transaction; returns the new save point.
+    """Save ``bank`` to the database at ``path`` in one transaction, holding the bank's write lock
+    (:mod:`amb_dspy.storage.bank_lock`); returns the new save point.
 
     With ``since`` (the save point of this bank's last save to ``path``, still the file's), only the rows of
     the node ids in ``changed`` (added, edited or removed since) and the entries and merge events after
     ``since`` are written. Otherwise the file gets the whole bank, replacing what it held, unless it holds a
-    larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do)."""
+    larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do).
+    A new database is written whole under a temporary name and then linked into place: it is complete or absent,
+    whatever stops the save (a crash, kill -9, a row that cannot be stored)."""
     path = Path(path)
-    if since is not None and (since.path != path or _file_save_id(path) != since.save_id):
-        since = None
-    if since is None:
-        path = export_target(path, len(bank.graph), len(bank.tree), notify, size=bank_db_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT, PRIVATE_MODE))  # owner-only, as bank files are
+    with bank_lock(path):
+        if since is not None and (since.path != path or saved_id(path) != since.save_id):
+            since = None
+        if since is None:
+            path = export_target(path, len(bank.graph), len(bank.tree), notify, size=bank_db_size)
+        if holds_no_bank(path):
+            point, lines = _write_new(path, bank)
+        else:
+            point, lines = _write_into(path, bank, since, changed)
+    if bank.line_vectors is not None:
+        bank.line_vectors.saved(lines, bank.lines_complete)
+    return point
+
+
+def _write_into(path: Path, bank: BankParts, since: SavePoint | None,
+                changed: Collection[str]) -> tuple[SavePoint, list[bytes]]:
+    """One save into the database file at ``path``, one transaction (rolled back whole on any error)."""
     try:
         with closing(_connect(path)) as connection:
             connection.execute("BEGIN IMMEDIATE")
@@ -224,9 +239,47 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
                 raise
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
-    if bank.line_vectors is not None:
-        bank.line_vectors.saved(lines, bank.lines_complete)
-    return point
+    except UnicodeEncodeError as exc:  # a lone surrogate no UTF-8 holds: the doors escape them (amb_dspy.text)
+        raise BankFileError(f"{path}: cannot store text that is not UTF-8 ({one_line(exc, 120)})") from None
+    return point, lines
+
+
+def _write_new(path: Path, bank: BankParts) -> tuple[SavePoint, list[bytes]]:
+    """A new bank database at ``path``: written whole beside it under a temporary name, flushed, then linked
+    into place (a link, not a rename, so that a file made there meanwhile is never replaced: then the bank is
+    saved into that one). A leftover with no bank in it (an empty file, or a database without tables that a save
+    before this rule left) is replaced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temp = new_temp_beside(path, mode=PRIVATE_MODE)
+    try:
+        try:
+            point, lines = _write_into(temp, bank, None, ())
+        except BankFileError as exc:  # said of the bank, not of its temporary name
+            raise BankFileError(str(exc).replace(str(temp), str(path))) from None
+        if path.exists():  # a leftover with no bank (holds_no_bank): this one takes its place, its journal goes
+            for journal in ("-wal", "-shm"):
+                path.with_name(path.name + journal).unlink(missing_ok=True)
+            replace_with(temp, path)
+        elif not link_new(temp, path):
+            return _write_into(path, bank, None, ())
+    finally:
+        temp.unlink(missing_ok=True)
+    return SavePoint(path, point.save_id, point.entries, point.merge_events), lines
+
+
+def holds_no_bank(path: Path) -> bool:
+    """Whether ``path`` holds no bank at all: missing, empty, or a SQLite file without a table."""
+    if not path.exists():
+        return True
+    if not path.is_file():
+        return False
+    if path.stat().st_size == 0:
+        return True
+    try:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as connection:
+            return connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
+    except sqlite3.Error:
+        return False
 
 
 def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: SavePoint | None,
@@ -269,7 +322,9 @@ def _save_id(connection: sqlite3.Connection) -> str | None:
     return json.loads(row[0]) if row else None
 
 
-def _file_save_id(path: Path) -> str | None:
+def saved_id(path: str | Path) -> str | None:
+    """The save id of the bank database at ``path`` (a new one at each save); None when there is none."""
+    path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return None
     try:

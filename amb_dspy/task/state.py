@@ -28,6 +28,8 @@ class ProgressEvent:
     message: str = ""
     usage: dict[str, dict[str, int]] = field(default_factory=dict)  # per agent, as UsageMeter.usage()
     fallbacks: dict[str, int] = field(default_factory=dict)  # per agent, deterministic policies used so far
+    done: int = 0  # an add of documents: how many are done (committed, added or unchanged) ...
+    total: int = 0  # ... of how many expected (0: not an add's count)
 
 
 class RunResult(BaseModel):

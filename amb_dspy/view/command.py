@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from rich.console import Console
+from rich.text import Text
 
+from amb_dspy.text import printable
 from amb_dspy.view.html import write_html
 from amb_dspy.view.model import ViewError, load_view
 from amb_dspy.view.terminal import render_bank, render_node
@@ -28,8 +30,8 @@ def show(console: Console, bank: Path | None = None, node: str | None = None, ht
     node_view = render_node(view, node) if node is not None else None
     if html is not None:
         write_html(view, html)
-        console.print(f"wrote {html}: {len(view.nodes)} nodes, {len(view.edges)} edges; open it in a browser "
-                      "(it works offline)", highlight=False, soft_wrap=True)
+        console.print(Text(f"wrote {printable(str(html))}: {len(view.nodes)} nodes, {len(view.edges)} edges; open it "
+                           "in a browser (it works offline)"), highlight=False, soft_wrap=True)
     if records is not None:
         console.print(trace_table(records, title=str(trace)))
     if node_view is not None:

@@ -1,26 +1,104 @@
-"""How ``amb run`` and ``amb ingest`` show a task's progress events (:class:`~amb_dspy.task.state.ProgressEvent`)."""
+"""How ``amb run`` and ``amb ingest`` show a task's progress events (:class:`~amb_dspy.task.state.ProgressEvent`).
+
+What an event carries from outside (a document's name, a notice quoting a file) is shown through
+:func:`~amb_dspy.text.printable` and never read as console markup: a name cannot clear the screen or style the line.
+"""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from rich.text import Text
+
+from amb_dspy.text import printable
 
 
 def progress_display(console, status):
     """The display of a run's or an ingest's progress events on stderr: the status line on a terminal,
-    one plain line per step in a log file or CI; notices and checkpoints are always printed."""
+    one plain line per step in a log file or CI; notices and checkpoints are always printed. An add's document
+    count (``done`` of ``total``) is shown with an estimate of the time left."""
+    clock = _Clock()
 
     def show(event) -> None:
         if event.phase == "notice":  # said once, whatever the display
-            console.print(f"[yellow]{event.message}[/]", highlight=False, soft_wrap=True)
+            console.print(Text(printable(event.message), style="yellow"), highlight=False, soft_wrap=True)
             return
         if event.phase == "checkpoint":
-            console.print(f"checkpoint: {event.message} (amb run --resume {event.message} continues "
-                          "this run if it stops)", highlight=False, soft_wrap=True)
+            console.print(Text(f"checkpoint: {printable(event.message)} (amb run --resume {printable(event.message)} "
+                               "continues this run if it stops)"), highlight=False, soft_wrap=True)
             return
-        line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
-                f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
-                + (f" | {event.message[:60]}" if event.message else ""))
-        if console.is_terminal:
-            status.update(line)
+        if event.total:
+            line = (f"{event.phase} {event.done}/{event.total}{clock.left(event.done, event.total)}: "
+                    f"{_tail(printable(event.message), 80)}")
         else:
-            console.print(line, highlight=False, soft_wrap=True)
+            clock.start()
+            line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
+                    f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
+                    + (f" | {printable(event.message)[:60]}" if event.message else ""))
+        if console.is_terminal:
+            status.update(Text(line))
+        else:
+            console.print(Text(line), highlight=False, soft_wrap=True)
 
     return show
+
+
+@contextmanager
+def ingest_display(console) -> Iterator[Callable]:
+    """The display of an add of documents: on a terminal a rich progress bar (documents done of those expected,
+    the time left) under the status line of :func:`progress_display`; elsewhere its plain lines. Yields the
+    callback that takes the events."""
+    if not console.is_terminal:
+        yield progress_display(console, None)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeRemainingColumn
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("loading the memory bank...", total=None)
+        shown = progress_display(console, _BarLine(bar, task))
+
+        def show(event) -> None:
+            if event.total:
+                bar.update(task, completed=event.done, total=event.total)
+            shown(event)
+
+        yield show
+
+
+def _tail(name: str, limit: int) -> str:
+    """The end of a long name (a path's end tells one file from another), cut to ``limit`` characters."""
+    return name if len(name) <= limit else "..." + name[len(name) - limit + 3:]
+
+
+class _BarLine:
+    """The status line of :func:`progress_display` as a progress bar's description."""
+
+    def __init__(self, bar, task):
+        self.bar, self.task = bar, task
+
+    def update(self, line: Text) -> None:
+        self.bar.update(self.task, description=line.plain[:100])
+
+
+class _Clock:
+    """When the work began (the first step shown), and the time left at the rate so far."""
+
+    def __init__(self):
+        self.began: float | None = None
+
+    def start(self) -> None:
+        if self.began is None:
+            self.began = time.monotonic()
+
+    def left(self, done: int, total: int) -> str:
+        """``, about 2 min left`` (nothing before the first document is done, or after the last)."""
+        self.start()
+        if not done or done >= total:
+            return ""
+        seconds = (time.monotonic() - self.began) / done * (total - done)
+        return f", about {max(1, round(seconds))} s left" if seconds < 90 else \
+            f", about {seconds / 60:.0f} min left" if seconds < 5400 else f", about {seconds / 3600:.1f} h left"

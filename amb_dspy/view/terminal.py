@@ -18,6 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from amb_dspy.storage import InteractionEntry, TaskStatus
+from amb_dspy.text import printable
 from amb_dspy.view.model import BankView, NodeView
 
 SHORT_ID = 8  # characters of a node id shown in tables; `--node` accepts any unambiguous prefix
@@ -25,7 +26,13 @@ SPAN_STYLE = "black on yellow"
 
 
 def short(node_id: str) -> str:
-    return node_id[:SHORT_ID]
+    return printable(node_id[:SHORT_ID])
+
+
+def shown(text: str, style: str = "") -> Text:
+    """Text from a bank as the terminal shows it: control characters escaped (:func:`~amb_dspy.text.printable`),
+    never read as markup."""
+    return Text(printable(text, lines=True), style=style)
 
 
 def clock(timestamp: float) -> str:
@@ -51,10 +58,10 @@ def _insight_doc(view: BankView) -> Panel:
     for i, task in enumerate(doc.completed_tasks, 1):
         ok = task.status is TaskStatus.SUCCESS
         tasks.add_row(str(i), task.type.value, Text(task.status.value, style="green" if ok else "red"),
-                      Text(task.description), Text(task.context))
+                      shown(task.description), shown(task.context))
     for pending in doc.pending_tasks:
-        tasks.add_row("next", "", Text("pending", style="yellow"), Text(pending), "")
-    parts = [Text.assemble(("goal: ", "bold"), doc.task_goal)]
+        tasks.add_row("next", "", Text("pending", style="yellow"), shown(pending), "")
+    parts = [Text.assemble(("goal: ", "bold"), shown(doc.task_goal))]
     parts.append(tasks if doc.completed_tasks or doc.pending_tasks else Text("no tasks yet", style="dim"))
     return Panel(Group(*parts), title="Insight Doc")
 
@@ -71,7 +78,7 @@ def _nodes_table(view: BankView) -> Table:
         node_id = Text(short(node.id), style="bold magenta" if node.is_merged else "")
         if node.is_merged:
             node_id.append(" M", style="magenta")
-        table.add_row(node_id, Text(node.context), Text(", ".join(node.keywords)), str(node.degree),
+        table.add_row(node_id, shown(node.context), shown(", ".join(node.keywords)), str(node.degree),
                       str(len(node.entry_ids)), str(node.step), clock(node.created))
     if view.merge_events:
         table.caption = "M: made by a merge (see `--node ID` for its history)"
@@ -87,13 +94,13 @@ def _merge_table(view: BankView, events, title: str = "Merge events") -> Table:
     for event in events:
         gone = ", ".join(short(i) for i in event.merged_node_ids)
         into = short(event.new_node_id) + ("" if event.new_node_id in view.nodes else " (merged again later)")
-        table.add_row(clock(event.timestamp), gone, into, Text(event.description))
+        table.add_row(clock(event.timestamp), gone, into, shown(event.description))
     return table
 
 
 def render_bank(view: BankView) -> Group:
     """The whole bank: Insight Doc, the nodes, the merge events and the totals."""
-    parts = [Text(str(view.path), style="bold"), _insight_doc(view), _nodes_table(view)]
+    parts = [shown(str(view.path), style="bold"), _insight_doc(view), _nodes_table(view)]
     if view.merge_events:
         parts.append(_merge_table(view, view.merge_events))
     parts.append(Text("totals: " + ", ".join(f"{k} {v}" for k, v in totals(view).items())))
@@ -101,23 +108,31 @@ def render_bank(view: BankView) -> Group:
 
 
 def highlighted(entry: InteractionEntry, node: NodeView) -> Text:
-    """An entry's raw text with the node's source spans in it highlighted (none until provenance exists)."""
-    text = Text(entry.text)
-    for span in node.sources:
-        if span.entry_id == entry.entry_id:
-            text.stylize(SPAN_STYLE, span.start, min(span.end, len(entry.text)))
+    """An entry's raw text with the node's source spans in it highlighted (none until provenance exists), shown
+    as :func:`shown` shows text: the text is cut at the spans' ends, so that an escaped character moves no span."""
+    spans = [(max(0, span.start), min(span.end, len(entry.text))) for span in node.sources
+             if span.entry_id == entry.entry_id]
+    cuts = sorted({0, len(entry.text), *(end for span in spans for end in span)})
+    text, at = Text(), {}
+    for start, end in zip(cuts, cuts[1:]):
+        at[start] = len(text)
+        text.append(printable(entry.text[start:end], lines=True))
+    at[cuts[-1]] = len(text)
+    for start, end in spans:
+        text.stylize(SPAN_STYLE, at[start], at[end])
     return text
 
 
 def _entry_panel(entry: InteractionEntry, node: NodeView) -> Panel:
     metadata = dict(entry.model_dump(mode="json")["metadata"])
     source = metadata.pop("source", "entry")
-    title = f"{source} · {clock(entry.timestamp)} · {entry.entry_id[:SHORT_ID]}"
+    title = printable(f"{source} · {clock(entry.timestamp)} · {entry.entry_id[:SHORT_ID]}")
     parts = [highlighted(entry, node)]
     if metadata:
-        parts.append(Text(json.dumps(metadata, ensure_ascii=False), style="dim"))
+        parts.append(shown(json.dumps(metadata, ensure_ascii=False), style="dim"))
     if entry.attachments:
-        parts.append(Text("attachments: " + ", ".join(f"{a.type.value} {a.content}" for a in entry.attachments), style="dim"))
+        parts.append(shown("attachments: " + ", ".join(f"{a.type.value} {a.content}" for a in entry.attachments),
+                           style="dim"))
     return Panel(Group(*parts), title=Text(title), title_align="left")
 
 
@@ -127,11 +142,11 @@ def render_node(view: BankView, node_id: str) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column(overflow="fold")
-    head.add_row("id", node.id)
-    head.add_row("topic", Text(node.context))
-    head.add_row("keywords", Text(", ".join(node.keywords)))
+    head.add_row("id", shown(node.id))
+    head.add_row("topic", shown(node.context))
+    head.add_row("keywords", shown(", ".join(node.keywords)))
     head.add_row("created", f"{clock(node.created)} (step {node.step})")
-    head.add_row("summary", Text(node.summary))
+    head.add_row("summary", shown(node.summary))
     parts: list = [Panel(head, title="node" + (" (made by a merge)" if node.is_merged else ""))]
 
     neighbours = Table(title=f"Neighbours ({node.degree})", expand=True)
@@ -139,7 +154,7 @@ def render_node(view: BankView, node_id: str) -> Group:
     neighbours.add_column("topic", overflow="fold")
     neighbours.add_column("keywords", overflow="fold")
     for other in view.neighbours(node.id):
-        neighbours.add_row(short(other.id), Text(other.context), Text(", ".join(other.keywords)))
+        neighbours.add_row(short(other.id), shown(other.context), shown(", ".join(other.keywords)))
     parts.append(neighbours)
 
     entries = view.node_entries(node.id)

@@ -25,6 +25,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from amb_dspy.text import printable
 from amb_dspy.view.model import ViewError
 
 OPTIONAL_COUNTERS = ("cache_hits", "fallbacks")  # recorded only when the progress event carries them
@@ -138,7 +139,7 @@ def _with_delta(record: dict[str, Any], key: str, delta_key: str) -> str:
 def trace_table(records: list[dict[str, Any]], title: str = "Run trace") -> Table:
     """The trace as a table: one row per event, with cumulative counts and what each step changed."""
     optional = [c for c in OPTIONAL_COUNTERS if any(c in r for r in records)]
-    table = Table(title=f"{title}: {len(records)} events", expand=True)
+    table = Table(title=Text(printable(f"{title}: {len(records)} events")), expand=True)
     for column in ("loop", "phase", "s", "Δs", "LM calls", "tokens", "nodes", "edges", "conflicts", *optional):
         table.add_column(column.replace("_", " "), justify="left" if column == "phase" else "right", no_wrap=True)
     table.add_column("agents (calls)", overflow="fold")
@@ -146,9 +147,10 @@ def trace_table(records: list[dict[str, Any]], title: str = "Run trace") -> Tabl
     for r in records:
         agents = ", ".join(f"{agent} {calls}" for agent, calls in (r.get("agent_calls") or {}).items())
         table.add_row(
-            str(r["loop"]), r["phase"], f"{r.get('seconds', 0):.1f}", f"{r.get('seconds_delta', 0):.1f}",
+            str(r["loop"]), Text(printable(r["phase"])), f"{r.get('seconds', 0):.1f}", f"{r.get('seconds_delta', 0):.1f}",
             _with_delta(r, "lm_calls", "lm_calls_delta"), _with_delta(r, "tokens", "tokens_delta"),
             _with_delta(r, "nodes", "nodes_added"), _with_delta(r, "edges", "edges_added"), str(r.get("conflicts", "")),
-            *(_with_delta(r, c, f"{c}_delta") for c in optional), Text(agents), Text(str(r.get("message", ""))),
+            *(_with_delta(r, c, f"{c}_delta") for c in optional), Text(printable(agents)),
+            Text(printable(str(r.get("message", "")), lines=True)),
         )
     return table
