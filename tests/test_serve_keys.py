@@ -51,10 +51,11 @@ def http_server(tmp_path: Path, *flags: str):
         stop(process, timeout=30)
 
 
-def status(url: str, key: str | None = None, host: str | None = None) -> int:
-    """The HTTP status of an MCP initialize request (a plain POST) with ``key`` and a ``host`` header."""
+def status(url: str, key: str | None = None, host: str | None = None, origin: str | None = None) -> int:
+    """The HTTP status of an MCP initialize request (a plain POST) with ``key`` and ``host``/``origin`` headers."""
     headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-               **({"Authorization": f"Bearer {key}"} if key else {}), **({"Host": host} if host else {})}
+               **({"Authorization": f"Bearer {key}"} if key else {}), **({"Host": host} if host else {}),
+               **({"Origin": origin} if origin else {})}
     request = urllib.request.Request(url, data=json.dumps(INITIALIZE).encode(), headers=headers, method="POST")
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -162,4 +163,6 @@ def test_a_forged_host_is_refused_on_every_address(tmp_path):
         assert status(url, key, host=f"memory.example.org:{port}") == 200
         assert status(url, key, host=f"attacker.example:{port}") == 421
         assert status(url, key, host="attacker.example") == 421
+        assert status(url, key, origin="http://attacker.example") == 403
+        assert status(url, key, origin=f"https://memory.example.org:{port}") == 200
         assert status(url, host=f"memory.example.org:{port}") == 401
