@@ -18,9 +18,11 @@ import typer
 from amb_dspy.config.environment import debug_enabled
 from amb_dspy.errors import UserError, one_line
 from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
+from amb_dspy.serve.keys_command import keys_app
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
 app.command("serve")(serve_command)
+app.add_typer(keys_app, name="keys")
 
 
 def _fail(message: str, code: int = 1) -> None:

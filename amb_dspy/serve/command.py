@@ -26,6 +26,7 @@ def serve_command(
     remember: bool = typer.Option(False, "--remember", help="memory_end_task writes to long-term memory unless told otherwise"),
     namespace: str | None = typer.Option(None, "--namespace", help="the default long-term memory namespace"),
     allow_dir: list[Path] = typer.Option([], "--allow-dir", help="a folder beyond STORAGE_DIR that memory_start_task may read bank files from (repeatable)"),
+    allow_host: list[str] = typer.Option([], "--allow-host", help="a Host header (name or address, optionally :PORT) the HTTP server answers to beyond loopback names and --host (repeatable)"),
     print_config: str | None = typer.Option(None, "--print-config", help="print the MCP config for claude or cursor that starts this server (this install, absolute paths) and exit"),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
@@ -39,6 +40,7 @@ def serve_command(
                  *[flag for folder in allow_dir for flag in ("--allow-dir", str(folder.resolve()))]]
         typer.echo(client_config(print_config, flags))
         return
+    keys = _http_keys(host, allow_host, config.paths.storage_dir) if http else None
     try:
         from amb_dspy.bank import MemoryBank
         from amb_dspy.serve.server import serve
@@ -61,7 +63,33 @@ def serve_command(
     where = f"http://{host}:{http}/mcp" if http else "stdio"
     print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.models.policy})", file=sys.stderr,
           flush=True)
-    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir)
+    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir, keys=keys,
+          allow_hosts=allow_host)
+
+
+def _http_keys(host: str, allow_host: list[str], storage_dir: Path):
+    """The key store an HTTP server on ``host`` asks keys of (None: it asks none, on loopback without keys),
+    said on stderr with the Host names it answers to; exit 2 in one line when ``host`` is not loopback and
+    there is no key, or an ``--allow-host`` is not a host."""
+    from amb_dspy.errors import InputError, one_line
+
+    try:
+        from amb_dspy.serve.access import allowed_hosts, check_keys_for
+        from amb_dspy.serve.keys import SqliteKeyStore
+
+        store = SqliteKeyStore.in_folder(storage_dir)
+        names = allowed_hosts(host, allow_host)
+        keyed = check_keys_for(host, store)
+    except ImportError as exc:
+        typer.echo(f"error: {one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'", err=True)
+        raise typer.Exit(1) from None
+    except InputError as exc:
+        typer.echo(f"error: {one_line(exc)}", err=True)
+        raise typer.Exit(2) from None
+    asked = f"a key ({store.path}; amb keys list)" if keyed else "no key (loopback; amb keys create to ask one)"
+    print(f"amb serve: HTTP calls need {asked}; Host header one of {', '.join(names)} (--allow-host adds one)",
+          file=sys.stderr, flush=True)
+    return store if keyed else None
 
 
 def _settings(**overrides):

@@ -37,11 +37,14 @@ class TaskRegistry:
         self._tasks: dict[str, TaskSession] = {}
         self._used: dict[str, float] = {}
         self._expired: dict[str, str] = {}  # task id -> where its bank was exported
+        self._owners: dict[str, str | None] = {}  # task id -> the key that started it (open or expired)
         self._lock = threading.Lock()
         self._stop = threading.Event()
 
-    def start(self, goal: str, *, bank: str | Path | None = None, namespace: str | None = None) -> TaskSession:
-        """A new open task (``bank``: a file the tool table already checked), unless ``max_tasks`` are open."""
+    def start(self, goal: str, *, bank: str | Path | None = None, namespace: str | None = None,
+              owner: str | None = None) -> TaskSession:
+        """A new open task (``bank``: a file the tool table already checked), unless ``max_tasks`` are open;
+        ``owner``: who started it (a key's id; None without keys), the only caller :meth:`get` gives it to."""
         with self._lock:
             self._forget_closed()
             if len(self._tasks) >= self.max_tasks:
@@ -50,17 +53,20 @@ class TaskRegistry:
         with self._lock:
             self._tasks[session.task_id] = session
             self._used[session.task_id] = self.clock()
+            self._owners[session.task_id] = owner
         return session
 
-    def get(self, task_id: str) -> TaskSession:
-        """The open task ``task_id`` (its idle clock restarts), or InputError saying why there is none."""
+    def get(self, task_id: str, owner: str | None = None) -> TaskSession:
+        """The open task ``task_id`` (its idle clock restarts), or InputError saying why there is none; a task
+        ``owner`` did not start is "no open task" to it, as one that never was."""
         with self._lock:
             self._forget_closed()
-            session = self._tasks.get(task_id)
+            mine = self._owners.get(task_id, owner) == owner
+            session = self._tasks.get(task_id) if mine else None
             if session is not None:
                 self._used[task_id] = self.clock()
                 return session
-            expired = self._expired.get(task_id)
+            expired = self._expired.get(task_id) if mine else None
         if expired:
             raise InputError(f"task {task_id} was closed after {self.idle_s:g} s idle; its bank is in {expired}")
         raise InputError(f"no open task {task_id!r}: start one with memory_start_task")
@@ -68,7 +74,7 @@ class TaskRegistry:
     def _forget_closed(self) -> None:
         """Drop the tasks their clients ended (``memory_end_task`` closes the session itself)."""
         for task_id in [i for i, session in self._tasks.items() if session.closed]:
-            del self._tasks[task_id], self._used[task_id]
+            del self._tasks[task_id], self._used[task_id], self._owners[task_id]
 
     def open_ids(self) -> list[str]:
         with self._lock:

@@ -24,6 +24,7 @@ comes back as a one-line tool error, and one request never takes the server down
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +36,11 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import ValidationError
 
 from amb_dspy.bank import MemoryBank
+from amb_dspy.errors import InputError
+from amb_dspy.serve import access
+from amb_dspy.serve.keys import KeyStore
 from amb_dspy.serve.registry import TaskRegistry
+from amb_dspy.task.session import TaskSession
 from amb_dspy.task.tool_results import ToolResult
 from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, MemoryTool, ToolFailure, ToolHost, validation_line
 
@@ -80,36 +85,63 @@ class _OneLineServer(MCPServer):
 
 
 def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy", *,
-                 allowed_dirs: Sequence[str | Path] = ()) -> MCPServer:
+                 allowed_dirs: Sequence[str | Path] = (), keys: KeyStore | None = None) -> MCPServer:
     """The MCP server: every tool of the table, a task's on the open task its ``task_id`` names, the
     others on ``bank`` (configuration, long-term memory; bank files from its storage folder or
-    ``allowed_dirs``)."""
-    server = _OneLineServer(name, instructions=INSTRUCTIONS)
+    ``allowed_dirs``). With ``keys``, every HTTP call needs one, and reaches only what its key does
+    (:mod:`amb_dspy.serve.access`)."""
+    auth = {"token_verifier": access.KeyVerifier(keys), "auth": access.auth_settings()} if keys is not None else {}
+    server = _OneLineServer(name, instructions=INSTRUCTIONS, **auth)
     host = ToolHost(bank.config, bank.embedder, registry.start, tuple(Path(d) for d in allowed_dirs))
+
+    def host_for_caller() -> ToolHost:
+        key = access.caller()
+        if key is None:
+            if keys is not None:  # never reached behind the SDK's RequireAuthMiddleware; refused if it were
+                raise InputError("this server needs a key: Authorization: Bearer KEY")
+            return host
+        start = functools.partial(_start_owned, registry, key)
+        return access.KeyedHost(host.config, host.embedder, start, host.allowed_dirs, namespaces=key.namespaces)
+
+    def owned_task(task_id: str) -> TaskSession:
+        key = access.caller()
+        return registry.get(task_id, owner=None if key is None else key.key_id)
+
     for tool in TOOLS.values():
         # the SDK's hook: a CallToolResult annotated with the type its structured content is checked against
         reply = {"on_failure": _tool_error, "reply": _reply, "returns": Annotated[CallToolResult, tool.returns]}
         if tool.on_task:
-            door = tool.bound(registry.get, key=TASK_ID, **reply)
+            door = tool.bound(owned_task, key=TASK_ID, **reply)
         else:
-            door = tool.bound(lambda: host, **reply)
+            door = tool.bound(host_for_caller, **reply)
         server.tool(name=tool.name, description=tool.description, annotations=_annotations(tool),
                     structured_output=True)(door)
     return server
 
 
+def _start_owned(registry: TaskRegistry, key: access.Caller, goal: str, *, bank: Path | None = None,
+                 namespace: str | None = None) -> TaskSession:
+    """A task ``key`` starts and alone reaches, in one of its namespaces (its first unless it names one)."""
+    return registry.start(goal, bank=bank, namespace=access.reached_namespace(key.namespaces, namespace),
+                          owner=key.key_id)
+
+
 def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.0.1", idle_s: float = 1800.0,
-          max_tasks: int = 256, allowed_dirs: Sequence[str | Path] = ()) -> None:
+          max_tasks: int = 256, allowed_dirs: Sequence[str | Path] = (), keys: KeyStore | None = None,
+          allow_hosts: Sequence[str] = ()) -> None:
     """Serve ``bank``'s memory over stdio, or streamable HTTP on ``host:http_port`` (path ``/mcp``);
-    ``allowed_dirs``: folders beyond the storage folder that memory_start_task may read bank files from."""
+    ``allowed_dirs``: folders beyond the storage folder that memory_start_task may read bank files from;
+    ``keys``: the keys every HTTP call must carry one of (None: no key asked); ``allow_hosts``: Host header
+    values accepted beyond loopback names and ``host``."""
     registry = TaskRegistry(bank.start_session, export_dir=bank.config.paths.storage_dir / SESSIONS_FOLDER,
                             idle_s=idle_s, max_tasks=max_tasks)
     registry.start_reaper()
-    server = build_server(bank, registry, allowed_dirs=allowed_dirs)
+    server = build_server(bank, registry, allowed_dirs=allowed_dirs, keys=keys if http_port else None)
     try:
         if http_port is None:
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=http_port)
+            server.run("streamable-http", host=host, port=http_port,
+                       transport_security=access.transport_security(host, list(allow_hosts)))
     finally:
         registry.stop()
