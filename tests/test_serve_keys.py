@@ -97,7 +97,7 @@ def test_a_key_reaches_its_own_namespaces_only(keyed):
     async def scenario():
         async with client(url, alice) as mine, client(url, bob) as theirs:
             pin = await ok(mine, "memory_write", text="Alice's bank card PIN is 4921.")  # her first namespace
-            assert (await ok(mine, "memory_search", query="PIN", namespace="alice"))[0]["item_id"] == pin["item_id"]
+            assert (await ok(mine, "memory_search", query="PIN", namespace="alice"))["items"][0]["item_id"] == pin["item_id"]
             for tool, arguments in [("memory_search", {"query": "PIN", "namespace": "alice"}),
                                     ("memory_update", {"item_id": pin["item_id"], "text": "PIN 0000", "namespace": "alice"}),
                                     ("memory_delete", {"item_id": pin["item_id"], "namespace": "alice"}),
@@ -105,12 +105,12 @@ def test_a_key_reaches_its_own_namespaces_only(keyed):
                                     ("memory_start_task", {"goal": "g", "namespace": "alice"})]:
                 text, error = await call(theirs, tool, **arguments)
                 assert error and text.endswith(": namespace 'alice': this key reaches bob, team only"), (tool, text)
-            assert await ok(theirs, "memory_search", query="PIN") == []  # bob's own namespace: none of hers
+            assert await ok(theirs, "memory_search", query="PIN") == {"items": []}  # bob's own namespace: none of hers
             text, error = await call(theirs, "memory_update", item_id=pin["item_id"], text="PIN 0000")
             assert error and "4921" not in text
             assert await ok(theirs, "memory_write", text="Team standup is at 9:30.", namespace="team")
             found = await ok(mine, "memory_search", query="PIN", namespace="alice")
-            assert [f["text"] for f in found] == ["Alice's bank card PIN is 4921."]
+            assert [f["text"] for f in found["items"]] == ["Alice's bank card PIN is 4921."]
             text, error = await call(mine, "memory_search", query="standup", namespace="team")
             assert error and "this key reaches alice only" in text
 
