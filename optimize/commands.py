@@ -18,7 +18,7 @@ from amb_dspy.config import AmbConfig
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The errors ``optimize_command`` and ``eval_command`` raise for bad input or set-up (one-line messages)."""
-    from amb_dspy.compiled import CompiledError
+    from amb_dspy.agents.compiled import CompiledError
     from amb_dspy.lm import LMConfigError
     from amb_dspy.tools.corpus import CorpusError
     from optimize.evaluate import EvalError

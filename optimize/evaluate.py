@@ -222,7 +222,7 @@ def run_eval(
         raise EvalError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
     config = config or AmbConfig()
     if compiled is not None:
-        from amb_dspy.compiled import read_manifest
+        from amb_dspy.agents.compiled import read_manifest
 
         read_manifest(compiled)  # a bad directory stops the run before the first question
     items = load_hotpotqa(dataset, split="validation", n=n)

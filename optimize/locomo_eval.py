@@ -229,7 +229,7 @@ def run_locomo_eval(
     notices = notices if notices is not None else []
     conversations = load_locomo(dataset, n=n)
     if compiled is not None:
-        from amb_dspy.compiled import read_manifest
+        from amb_dspy.agents.compiled import read_manifest
 
         read_manifest(compiled)
     if embedder is None and mode != "context":

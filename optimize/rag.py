@@ -91,7 +91,7 @@ class RagAnswerer:
         self.agent = AnswerAgent(config)
         if compiled is not None:  # the manifest may hold other agents too: they are loaded and left unused
             from amb_dspy.agents import AGENT_CLASSES
-            from amb_dspy.compiled import apply_compiled
+            from amb_dspy.agents.compiled import apply_compiled
 
             agents = {name: cls(config) for name, cls in AGENT_CLASSES.items()}
             self.agent = apply_compiled({**agents, "answer": self.agent}, compiled)["answer"]

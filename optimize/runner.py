@@ -33,7 +33,7 @@ import dspy
 from pydantic import BaseModel
 
 from amb_dspy.agents import AGENT_CLASSES
-from amb_dspy.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
+from amb_dspy.agents.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
 from amb_dspy.config import AGENT_NAMES, AmbConfig
 from amb_dspy.errors import UserError
 from amb_dspy.lm import adapter_for

@@ -17,7 +17,7 @@ from rich.console import Console
 from scripted_lm import ScriptedLM
 from test_optimize import EXTRACT, REACT, answer_from_prompt, bank_lm, prompt
 
-from amb_dspy.compiled import CompiledError
+from amb_dspy.agents.compiled import CompiledError
 from amb_dspy.config import AmbConfig
 from optimize.evaluate import run_eval, write_corpus
 from optimize.hotpotqa import load_hotpotqa
