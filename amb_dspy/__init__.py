@@ -27,7 +27,7 @@ def __getattr__(name: str):
 
         return TaskSession
     if name == "load_agents":
-        from amb_dspy.compiled import load_agents
+        from amb_dspy.agents.compiled import load_agents
 
         return load_agents
     if name == "MemoryBankQA":  # the bank as a DSPy module (see amb_dspy.program)

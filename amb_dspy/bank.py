@@ -23,7 +23,7 @@ from typing import Any
 import dspy
 
 from amb_dspy.agents import AGENT_CLASSES
-from amb_dspy.compiled import apply_compiled
+from amb_dspy.agents.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy

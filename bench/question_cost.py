@@ -44,7 +44,6 @@ from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from optimize.evaluate import measured, run_eval  # noqa: E402
 from optimize.hotpotqa import load_hotpotqa  # noqa: E402
-from optimize.locomo_eval import run_locomo_eval  # noqa: E402
 
 REACT = "next_thought,next_tool_name,next_tool_args"
 EXTRACT = "reasoning,answer"
@@ -108,7 +107,7 @@ def summarise(dataset: str, mode: str, label: str, rows: list[dict], extra: dict
 def locomo_rows(path: str, mode: str, lm, config: AmbConfig, n: int, embedder, lm_name: str,
                 ingest_policy: str | None) -> tuple[list[dict], dict]:
     if mode != "bank":
-        report = run_locomo_eval(f"locomo:{path}", lm=lm, n=n, mode=mode, config=config, embedder=embedder, lm_name=lm_name)
+        report = run_eval(f"locomo:{path}", lm=lm, n=n, mode=mode, config=config, embedder=embedder, lm_name=lm_name)
         return [q.model_dump() for q in report.questions], {}
     from optimize.locomo import load_locomo, locomo_f1
 

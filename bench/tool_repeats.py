@@ -24,8 +24,8 @@ from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.storage import Hop, hop_summary  # noqa: E402
 from amb_dspy.tools import LocalCorpus  # noqa: E402
-from optimize.evaluate import write_corpus  # noqa: E402
 from optimize.hotpotqa import load_hotpotqa  # noqa: E402
+from optimize.hotpotqa_eval import write_corpus  # noqa: E402
 
 
 def main() -> None:

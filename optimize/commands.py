@@ -18,7 +18,7 @@ from amb_dspy.config import AmbConfig
 
 def expected_errors() -> tuple[type[BaseException], ...]:
     """The errors ``optimize_command`` and ``eval_command`` raise for bad input or set-up (one-line messages)."""
-    from amb_dspy.compiled import CompiledError
+    from amb_dspy.agents.compiled import CompiledError
     from amb_dspy.lm import LMConfigError
     from amb_dspy.tools.corpus import CorpusError
     from optimize.evaluate import EvalError
@@ -89,11 +89,9 @@ def eval_command(
     console: Any = None,
     echo: Any = print,
 ) -> Any:
-    """``amb eval``: one line per question and a table of means on ``console`` (stdout by default), then a
-    final JSON line of the means through ``echo``; returns the report. ``locomo:PATH`` datasets go to
-    :func:`optimize.locomo_commands.locomo_eval_command`."""
+    """``amb eval``: one line per question and the report's table on ``console`` (stdout by default), then a
+    final JSON line of the means through ``echo``; returns the report (:func:`optimize.evaluate.run_eval`)."""
     from rich.console import Console
-    from rich.table import Table
 
     from optimize.evaluate import run_eval
 
@@ -102,39 +100,15 @@ def eval_command(
     task_lm, spec, judge, judge_spec, notice = _build_lms(config, judge_lm)
     if notice:
         console.print(f"[yellow]{notice}[/]")
-    if dataset.partition(":")[0].strip().lower() == "locomo":
-        from optimize.locomo_commands import locomo_eval_command
-
-        return locomo_eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, lm=task_lm, lm_name=spec,
-                                   judge_lm=judge, judge_name=judge_spec, num_threads=num_threads, config=config,
-                                   console=console, echo=echo)
-    if judge is not None:
-        from optimize.evaluate import EvalError
-
-        raise EvalError("--judge-lm is for LoCoMo (locomo:PATH); HotpotQA is scored by EM and F1")
-
-    def show(result) -> None:
-        status = f" [red]{result.error}[/]" if result.error else ""
-        console.print(
-            f"{result.id}  EM {result.em:.0f}  F1 {result.f1:.2f}  calls {result.calls:>3}  "
-            f"prompt {result.prompt_tokens:>6}  completion {result.completion_tokens:>5}  {result.seconds:6.1f} s  "
-            f"[dim]{result.prediction[:40]!r} vs {result.gold[:40]!r}[/]{status}",
-            markup=True, highlight=False,
-        )
-
+    notices: list[str] = []
     with console.status(f"answering with the {mode} mode..."):
         report = run_eval(
-            dataset, lm=task_lm, n=n, mode=mode, compiled=compiled, corpus=corpus, config=config,
-            lm_name=spec, on_result=show, num_threads=num_threads,
+            dataset, lm=task_lm, n=n, mode=mode, compiled=compiled, corpus=corpus, config=config, lm_name=spec,
+            judge_lm=judge, num_threads=num_threads, notices=notices,
+            on_result=lambda result: console.print(result.line(), markup=True, highlight=False),
         )
-    means = report.means()
-    table = Table(title=f"{mode} on {dataset} ({means['n']} questions)")
-    for column in ("EM", "F1", "LM calls", "prompt tokens", "completion tokens", "seconds", "errors"):
-        table.add_column(column, justify="right")
-    table.add_row(
-        f"{means['em']:.3f}", f"{means['f1']:.3f}", f"{means['calls']:.1f}", f"{means['prompt_tokens']:.0f}",
-        f"{means['completion_tokens']:.0f}", f"{means['seconds']:.1f}", str(means["errors"]),
-    )
-    console.print(table)
-    echo(json.dumps({"dataset": dataset, "model": spec, "compiled": report.compiled, "corpus": corpus, **means}))
+    for line in notices:
+        console.print(f"[yellow]{line}[/]")
+    report.show(console)
+    echo(json.dumps(report.summary(judge=judge_spec)))
     return report

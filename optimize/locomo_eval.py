@@ -1,4 +1,4 @@
-"""``amb eval --dataset locomo:PATH``: long-dialogue QA on LoCoMo, the memory bank beside two baselines.
+"""``amb eval --dataset locomo:PATH``: long-dialogue QA on LoCoMo, the memory bank beside three baselines.
 
 Each conversation is rendered as text (:meth:`optimize.locomo.Conversation.render`) and every question of
 categories 1-4 is answered
@@ -15,20 +15,16 @@ categories 1-4 is answered
 
 Scores: the LoCoMo paper's F1 and exact match (:mod:`optimize.locomo`), and with ``judge_lm`` an LLM judge's
 correct/incorrect against the gold answer (Mem0's J). Usage per question as ``optimize.evaluate`` measures it.
+Each conversation is one group of questions (:class:`optimize.evaluate.Group`), with solvers of its own.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
-import json
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import dspy
-from pydantic import BaseModel
 
 from amb_dspy.agents.chunking import token_counter_for
 from amb_dspy.bank import MemoryBank
@@ -37,9 +33,11 @@ from amb_dspy.errors import one_line
 from amb_dspy.files import write_atomically
 from amb_dspy.lm import adapter_for, prompt_budget
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.tools import SearchTool, VisitTool, build_tools, make_search_backend
-from optimize.evaluate import MODES, EvalError, QuestionResult, ResearchQuestion, answer_all, measured
+from optimize.evaluate import Answered, EvalRun, Group, QADataset
 from optimize.locomo import Conversation, LoCoMoQuestion, load_locomo, locomo_exact_match, locomo_f1
+from optimize.locomo_eval_report import IngestCost, LoCoMoReport, LoCoMoResult
+from optimize.rag import FlatRetriever, RagAnswerer, turn_units
+from optimize.solvers import BankSolver, ProgramSolver, RagSolver, ResearchQuestion, passage_corpus, react_program
 
 BANK_CACHE = "locomo-banks"
 
@@ -63,46 +61,6 @@ class JudgeAnswer(dspy.Signature):
     gold_answer: str = dspy.InputField()
     generated_answer: str = dspy.InputField()
     label: Literal["CORRECT", "WRONG"] = dspy.OutputField()
-
-
-class LoCoMoResult(QuestionResult):
-    category: int
-    judge: float | None = None
-
-
-class IngestCost(BaseModel):
-    conversation: str
-    nodes: int
-    calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    seconds: float
-    cached: bool
-
-
-class LoCoMoReport(BaseModel):
-    dataset: str
-    mode: str
-    model: str
-    compiled: str | None
-    questions: list[LoCoMoResult]
-    ingest: list[IngestCost]
-
-    def means(self, category: int | None = None) -> dict[str, Any]:
-        rows = [q for q in self.questions if category is None or q.category == category]
-        fields = ("em", "f1", "calls", "prompt_tokens", "completion_tokens", "seconds")
-        means = {f: round(sum(getattr(q, f) for q in rows) / len(rows), 4) if rows else 0.0 for f in fields}
-        judged = [q.judge for q in rows if q.judge is not None]
-        means["judge"] = round(sum(judged) / len(judged), 4) if judged else None
-        return {"n": len(rows), **means, "errors": sum(q.error is not None for q in rows)}
-
-    def ingest_totals(self) -> dict[str, Any]:
-        """Ingest cost over all conversations, and amortised over the questions asked."""
-        total = {f: sum(getattr(c, f) for c in self.ingest) for f in ("calls", "prompt_tokens", "completion_tokens")}
-        total["seconds"] = round(sum(c.seconds for c in self.ingest), 2)
-        count = max(len(self.questions), 1)
-        return {**{f"ingest_{k}": v for k, v in total.items()},
-                **{f"ingest_{k}_per_question": round(v / count, 2) for k, v in total.items()}}
 
 
 # what ingest builds from the same text changed (2: a dialogue of dated sessions is an entry a session): banks
@@ -159,50 +117,6 @@ def fitting_tail(text: str, lm: Any, reserve: int = 600) -> str:
     return "\n".join(reversed(kept))
 
 
-class ConversationSolver:
-    """Answers the questions of one conversation in one mode."""
-
-    def __init__(self, mode: str, conversation: Conversation, *, lm: Any, config: AmbConfig, compiled: Any,
-                 embedder: Any, bank: MemoryStore | None, work_dir: Path):
-        self.mode, self.lm, self.config, self.compiled, self.embedder, self.bank = mode, lm, config, compiled, embedder, bank
-        if mode == "context":
-            self.text = fitting_tail(conversation.text(), lm)
-            self.reader = dspy.ChainOfThought(AnswerFromConversation)
-        elif mode == "react":
-            from amb_dspy.tools.corpus import LocalCorpus
-
-            path = work_dir / f"{conversation.name}.turns.jsonl"
-            path.write_text("".join(json.dumps({"id": t.dia_id, "title": f"{t.dia_id} {t.date}", "text": t.line()}) + "\n"
-                                    for t in conversation.turns), encoding="utf-8")
-            corpus = LocalCorpus.load(path, embedder)
-            tools = build_tools(search=SearchTool(make_search_backend(config.tools, corpus)),
-                                visit=VisitTool(config.tools, corpus=corpus))
-            self.react = dspy.ReAct(ResearchQuestion, tools=tools, max_iters=config.react_max_iters)
-        elif mode == "rag":
-            from optimize.rag import FlatRetriever, RagAnswerer, turn_units
-
-            retriever = FlatRetriever(turn_units(conversation.turns), embedder, alpha=config.retrieval_alpha)
-            self.rag = RagAnswerer(retriever, config, compiled)
-
-    @functools.cached_property
-    def memory_bank(self) -> MemoryBank:
-        """One bank for every question (agents, LMs and window checks once); each run is a task of its own."""
-        return MemoryBank(self.config, lm=self.lm, compiled=self.compiled, embedder=self.embedder)
-
-    def __call__(self, question: LoCoMoQuestion) -> str:
-        if self.mode == "bank":
-            result = self.memory_bank.run(task=question.question, bank=self.bank)
-            if not result.answer and result.errors:
-                raise RuntimeError(result.errors[-1])
-            return result.answer
-        with dspy.context(lm=self.lm, adapter=adapter_for(self.lm)):
-            if self.mode == "react":
-                return str(self.react(question=question.question).answer or "")
-            if self.mode == "rag":
-                return self.rag(question.question)
-            return str(self.reader(conversation=self.text, question=question.question).answer or "")
-
-
 def judge(judge_lm: Any, question: LoCoMoQuestion, prediction: str) -> float | None:
     """1.0 when the judge LM says CORRECT, 0.0 for WRONG, None when it could not judge."""
     try:
@@ -214,53 +128,59 @@ def judge(judge_lm: Any, question: LoCoMoQuestion, prediction: str) -> float | N
     return float(label == "CORRECT")
 
 
-def run_locomo_eval(
-    dataset: str, *, lm: Any, n: int | None = None, mode: str = "bank", compiled: str | Path | None = None,
-    config: AmbConfig | None = None, lm_name: str = "", embedder: Any = None, judge_lm: Any = None,
-    num_threads: int = 1, on_result: Callable[[LoCoMoResult], None] | None = None,
-    notices: list[str] | None = None,
-) -> LoCoMoReport:
-    """Answer the first ``n`` category 1-4 questions of ``locomo:PATH`` in ``mode`` and score them."""
-    if getattr(lm, "cache", False):
-        lm = lm.copy(cache=False)  # cached replies would report no tokens and no time: measure real work
-    if mode not in MODES:
-        raise EvalError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
-    config = config or AmbConfig()
-    notices = notices if notices is not None else []
-    conversations = load_locomo(dataset, n=n)
-    if compiled is not None:
-        from amb_dspy.compiled import read_manifest
+def bank_solver(group: Group, run: EvalRun) -> BankSolver:
+    """The conversation ingested into a bank once (or read from the cache), then each question run against it."""
+    store, cost = cached_bank(group.about, config=run.config, lm=run.lm, lm_name=run.lm_name, compiled=run.compiled,
+                              embedder=run.embedder, notices=run.notices)
+    run.costs.append(cost)
+    return BankSolver(lambda: MemoryBank(run.config, lm=run.lm, compiled=run.compiled, embedder=run.embedder),
+                      lambda question: {"bank": store})
 
-        read_manifest(compiled)
-    if embedder is None and mode != "context":
-        from amb_dspy.retrieval.embedding import default_embedder
 
-        embedder = default_embedder()
-    results: list[LoCoMoResult] = []
-    ingest: list[IngestCost] = []
-    with tempfile.TemporaryDirectory(prefix="amb-locomo-") as work:
-        work_dir = Path(work)
-        config = config.model_copy(update={"storage_dir": work_dir / "storage", "temp_dir": work_dir / "temp"})
-        for conversation in conversations:
-            store = None
-            if mode == "bank":
-                store, cost = cached_bank(conversation, config=config, lm=lm, lm_name=lm_name, compiled=compiled,
-                                          embedder=embedder, notices=notices)
-                ingest.append(cost)
-            solve = ConversationSolver(mode, conversation, lm=lm, config=config, compiled=compiled, embedder=embedder,
-                                       bank=store, work_dir=work_dir)
+def react_solver(group: Group, run: EvalRun) -> ProgramSolver:
+    """ReAct searching the conversation's turns as a local corpus (one passage per turn)."""
+    conversation = group.about
+    corpus = passage_corpus(run, f"{conversation.name}.turns.jsonl",
+                            [{"id": t.dia_id, "title": f"{t.dia_id} {t.date}", "text": t.line()} for t in conversation.turns])
+    return ProgramSolver(run.lm, react_program(run, corpus, ResearchQuestion), lambda q: {"question": q.question})
 
-            def answer(question: LoCoMoQuestion, solve=solve) -> LoCoMoResult:
-                prediction, error, usage, seconds = measured(solve, question)
-                return LoCoMoResult(
-                    id=question.id, question=question.question, gold=question.answer, prediction=prediction,
-                    category=question.category, em=locomo_exact_match(prediction, question.answer),
-                    f1=round(locomo_f1(prediction, question.answer, question.category), 4), seconds=round(seconds, 2),
-                    calls=usage["calls"], prompt_tokens=usage["prompt_tokens"],
-                    completion_tokens=usage["completion_tokens"], error=error,
-                    judge=judge(judge_lm, question, prediction) if judge_lm is not None else None,
-                )
 
-            results += answer_all(conversation.questions, answer, num_threads=num_threads, on_result=on_result)
-    return LoCoMoReport(dataset=dataset, mode=mode, model=lm_name, compiled=str(compiled) if compiled else None,
-                        questions=results, ingest=ingest)
+def context_solver(group: Group, run: EvalRun) -> ProgramSolver:
+    """The whole conversation (or its most recent turns that fit the LM) in one chain-of-thought call."""
+    text = fitting_tail(group.about.text(), run.lm)
+    return ProgramSolver(run.lm, dspy.ChainOfThought(AnswerFromConversation),
+                         lambda q: {"conversation": text, "question": q.question})
+
+
+def rag_solver(group: Group, run: EvalRun) -> RagSolver:
+    """The conversation's turns indexed flat; each question gets the best of them in the ``<memory>`` budget."""
+    retriever = FlatRetriever(turn_units(group.about.turns), run.embedder, alpha=run.config.retrieval_alpha)
+    return RagSolver(run.lm, RagAnswerer(retriever, run.config, run.compiled))
+
+
+class LoCoMo(QADataset):
+    """LoCoMo conversations (a JSON file or a folder of them), one group each; scored by the paper's F1 and
+    EM and, with a judge LM, by Mem0's J."""
+
+    name, title, judged = "locomo", "LoCoMo", True
+    solvers = {"bank": bank_solver, "react": react_solver, "context": context_solver, "rag": rag_solver}
+
+    def load(self, source: str, n: int | None) -> list[Group]:
+        return [Group(conversation.questions, conversation) for conversation in load_locomo(source, n=n)]
+
+    def score(self, question: LoCoMoQuestion, answered: Answered, run: EvalRun) -> LoCoMoResult:
+        prediction, usage = answered.prediction, answered.usage
+        return LoCoMoResult(
+            id=question.id, question=question.question, gold=question.answer, prediction=prediction,
+            category=question.category, em=locomo_exact_match(prediction, question.answer),
+            f1=round(locomo_f1(prediction, question.answer, question.category), 4), seconds=round(answered.seconds, 2),
+            calls=usage["calls"], prompt_tokens=usage["prompt_tokens"], completion_tokens=usage["completion_tokens"],
+            error=answered.error, judge=judge(run.judge_lm, question, prediction) if run.judge_lm is not None else None,
+        )
+
+    def report(self, source: str, run: EvalRun, results: list[LoCoMoResult]) -> LoCoMoReport:
+        return LoCoMoReport(dataset=source, mode=run.mode, model=run.lm_name,
+                            compiled=str(run.compiled) if run.compiled else None, questions=results, ingest=run.costs)
+
+
+LOCOMO = LoCoMo()

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amb_dspy.agents import AnswerAgent
+from amb_dspy.agents import AGENT_CLASSES, AnswerAgent
 from amb_dspy.agents.chunking import estimate_tokens
+from amb_dspy.agents.compiled import apply_compiled
 from amb_dspy.config import AmbConfig
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.text import split_sentences
@@ -90,9 +91,6 @@ class RagAnswerer:
         self.retriever, self.budget = retriever, config.memory_tokens
         self.agent = AnswerAgent(config)
         if compiled is not None:  # the manifest may hold other agents too: they are loaded and left unused
-            from amb_dspy.agents import AGENT_CLASSES
-            from amb_dspy.compiled import apply_compiled
-
             agents = {name: cls(config) for name, cls in AGENT_CLASSES.items()}
             self.agent = apply_compiled({**agents, "answer": self.agent}, compiled)["answer"]
 

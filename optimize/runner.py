@@ -33,7 +33,7 @@ import dspy
 from pydantic import BaseModel
 
 from amb_dspy.agents import AGENT_CLASSES
-from amb_dspy.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
+from amb_dspy.agents.compiled import MANIFEST_FILE, AgentRecord, read_manifest, save_agents
 from amb_dspy.config import AGENT_NAMES, AmbConfig
 from amb_dspy.errors import UserError
 from amb_dspy.lm import adapter_for
@@ -164,6 +164,54 @@ def make_optimizer(
     raise OptimizeError(f"unknown optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
 
 
+def check_request(agent: str, optimizer: str, num_threads: int, out: Path) -> None:
+    """Refuse, in one line and before any work, an unknown agent or optimizer, no threads, or an ``out``
+    whose manifest is foreign or broken (found out after compiling, it would cost the whole run)."""
+    if agent not in TARGETS:
+        raise OptimizeError(f"unknown agent {agent!r}: choose one of {', '.join(TARGETS)}")
+    if optimizer not in OPTIMIZERS:
+        raise OptimizeError(f"unknown optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
+    if num_threads < 1:
+        raise OptimizeError(f"num_threads must be at least 1, got {num_threads}")
+    if (out / MANIFEST_FILE).exists():
+        read_manifest(out)
+
+
+def load_examples(agent: str, train: str, *, n: int | None, dev_share: float, seed: int,
+                  steps: Steps) -> tuple[list[dspy.Example], list[dspy.Example]]:
+    """``agent``'s training and held-out examples from the HotpotQA items of ``train``."""
+    steps.start(f"loading {train}", total=1)
+    items = load_hotpotqa(train, split="train", n=n)
+    if len(items) < 2:
+        raise OptimizeError(f"{train}: {len(items)} item(s); need at least 2 to hold some out (raise --n)")
+    train_items, dev_items = split_items(items, dev_share, seed=seed)
+    trainset, devset = build_examples(agent, train_items, seed=seed), build_examples(agent, dev_items, seed=seed)
+    if not trainset or not devset:
+        raise OptimizeError(
+            f"{agent}: {len(trainset)} train and {len(devset)} dev examples from {len(items)} items; raise --n"
+        )
+    steps.finish()
+    return trainset, devset
+
+
+def scored(program: dspy.Module, devset: list[dspy.Example], metric: Callable, steps: Steps, label: str,
+           num_threads: int) -> float:
+    """:func:`evaluate` shown as the progress step ``label``."""
+    score = evaluate(program, devset, metric, steps.start(label, total=len(devset)), num_threads)
+    steps.finish()
+    return score
+
+
+def save_compiled(out: Path, agent: str, compiled: dspy.Module, record: dict[str, Any],
+                  steps: Steps) -> tuple[dict[str, dspy.Module], Path]:
+    """The compiled agents of ``compiled`` saved to ``out`` with ``record`` in their manifest entries."""
+    steps.start(f"saving to {out}", total=1)
+    modules = compiled_agents(agent, compiled)
+    manifest = save_agents(out, modules, {name: AgentRecord(file=f"{name}.json", predictors=[], **record) for name in modules})
+    steps.finish()
+    return modules, manifest
+
+
 def optimize_agents(
     agent: str,
     train: str,
@@ -188,38 +236,15 @@ def optimize_agents(
     save it to ``out``. ``n`` caps the HotpotQA items used (train and dev together); ``budget`` caps
     GEPA's metric calls (default: its "light" setting); ``num_threads`` runs the scoring and the
     optimizer's evaluations in parallel."""
-    started = time.monotonic()
-    if agent not in TARGETS:
-        raise OptimizeError(f"unknown agent {agent!r}: choose one of {', '.join(TARGETS)}")
-    if optimizer not in OPTIMIZERS:
-        raise OptimizeError(f"unknown optimizer {optimizer!r}: choose one of {', '.join(OPTIMIZERS)}")
-    if num_threads < 1:
-        raise OptimizeError(f"num_threads must be at least 1, got {num_threads}")
-    out = Path(out)
-    if (out / MANIFEST_FILE).exists():
-        read_manifest(out)  # a foreign or broken manifest stops the run before any work, not after it
+    started, out, steps = time.monotonic(), Path(out), Steps(progress)
+    check_request(agent, optimizer, num_threads, out)
     # While compiling, the bank asks its agents one item a call, so that the traces (and so the demos) are
     # those of each agent's single-item predictor, the one compiled; a compiled agent asks alone at run time too.
     config = (config or AmbConfig()).model_copy(update={"ingest_batch": 1})
-    steps = Steps(progress)
-
-    steps.start(f"loading {train}", total=1)
-    items = load_hotpotqa(train, split="train", n=n)
-    if len(items) < 2:
-        raise OptimizeError(f"{train}: {len(items)} item(s); need at least 2 to hold some out (raise --n)")
-    train_items, dev_items = split_items(items, dev_share, seed=seed)
-    trainset, devset = build_examples(agent, train_items, seed=seed), build_examples(agent, dev_items, seed=seed)
-    if not trainset or not devset:
-        raise OptimizeError(
-            f"{agent}: {len(trainset)} train and {len(devset)} dev examples from {len(items)} items; raise --n"
-        )
-    steps.finish()
-
-    metric = METRICS[agent]
-    program = build_program(agent, config, embedder=embedder)
+    trainset, devset = load_examples(agent, train, n=n, dev_share=dev_share, seed=seed, steps=steps)
+    metric, program = METRICS[agent], build_program(agent, config, embedder=embedder)
     with dspy.context(lm=lm, adapter=adapter_for(lm)):
-        before = evaluate(program, devset, metric, steps.start("scoring before", total=len(devset)), num_threads)
-        steps.finish()
+        before = scored(program, devset, metric, steps, "scoring before", num_threads)
         teleprompter = make_optimizer(
             optimizer, metric, lm=lm, teacher_lm=teacher_lm, max_demos=max_demos, budget=budget,
             max_errors=len(trainset) + len(devset) + 1, seed=seed, num_threads=num_threads,
@@ -227,20 +252,10 @@ def optimize_agents(
         )
         compiled = teleprompter.compile(program, trainset=trainset)
         steps.finish()
-        after = evaluate(compiled, devset, metric, steps.start("scoring after", total=len(devset)), num_threads)
-        steps.finish()
-
-    steps.start(f"saving to {out}", total=1)
-    modules = compiled_agents(agent, compiled)
-    record = dict(
-        optimizer=optimizer, model=lm_name, teacher_model=teacher_name, dataset=train,
-        train_size=len(trainset), dev_size=len(devset), metric=metric.__name__,
-        score_before=before, score_after=after,
-    )
-    manifest = save_agents(out, modules, {name: AgentRecord(file=f"{name}.json", predictors=[], **record) for name in modules})
-    steps.finish()
-    return OptimizeResult(
-        agents=sorted(modules), optimizer=optimizer, dataset=train, metric=metric.__name__,
-        train_size=len(trainset), dev_size=len(devset), score_before=before, score_after=after,
-        out=out, manifest=manifest, seconds=round(time.monotonic() - started, 1),
-    )
+        after = scored(compiled, devset, metric, steps, "scoring after", num_threads)
+    sizes = dict(dataset=train, metric=metric.__name__, train_size=len(trainset), dev_size=len(devset),
+                 score_before=before, score_after=after)
+    modules, manifest = save_compiled(out, agent, compiled, dict(optimizer=optimizer, model=lm_name,
+                                                                 teacher_model=teacher_name, **sizes), steps)
+    return OptimizeResult(agents=sorted(modules), optimizer=optimizer, out=out, manifest=manifest,
+                          seconds=round(time.monotonic() - started, 1), **sizes)

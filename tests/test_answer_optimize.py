@@ -11,7 +11,7 @@ from scripted_lm import MEMORY_ANSWER, ScriptedLM
 from test_optimize import DATA, SOURCE, TRAIN, has_demos, prompt
 
 from amb_dspy.agents import AnswerAgent
-from amb_dspy.compiled import load_agents
+from amb_dspy.agents.compiled import load_agents
 from amb_dspy.config import AmbConfig
 from optimize.hotpotqa import load_hotpotqa
 from optimize.runner import optimize_agents

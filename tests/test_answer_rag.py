@@ -14,7 +14,6 @@ from amb_dspy.config import AmbConfig
 from optimize.evaluate import run_eval
 from optimize.hotpotqa import load_hotpotqa
 from optimize.locomo import load_locomo
-from optimize.locomo_eval import run_locomo_eval
 
 HOTPOTQA = f"hotpotqa:{DEV}"
 LOCOMO = f"locomo:{LOCOMO_DATA / '30.json'}"
@@ -54,7 +53,7 @@ def test_locomo_rag_answers_from_the_best_turns_in_one_call(embedder):
     turns = {t.dia_id: t.line() for t in conversation.turns}
     gold = {q.question: (q.answer, [turns[e] for e in q.evidence]) for q in conversation.questions}
     lm = ScriptedLM(**{MEMORY_ANSWER: answers_when_the_evidence_is_shown(gold)})
-    report = run_locomo_eval(LOCOMO, lm=lm, n=4, mode="rag", config=AmbConfig(), embedder=embedder)
+    report = run_eval(LOCOMO, lm=lm, n=4, mode="rag", config=AmbConfig(), embedder=embedder)
     assert [q.calls for q in report.questions] == [1, 1, 1, 1] and report.ingest == []
     for call in lm.calls:
         lines = [line for line in call.inputs["memory"].splitlines() if line and not line.startswith("Memory ")]

@@ -9,11 +9,12 @@ import pytest
 from scripted_lm import ScriptedLM
 
 from amb_dspy.agents import AnalysisAgent, NodeInfo, StructureAgent
-from amb_dspy.compiled import (
+from amb_dspy.agents.compiled import (
     MANIFEST_FILE,
     SCHEMA_VERSION,
     AgentRecord,
     CompiledError,
+    Manifest,
     apply_compiled,
     load_agents,
     read_manifest,
@@ -180,9 +181,25 @@ def test_a_program_pickled_when_agents_held_the_whole_config_still_loads():
 
 def test_load_agents_is_exported_lazily_from_the_package():
     import amb_dspy
-    import amb_dspy.compiled
+    import amb_dspy.agents.compiled
 
-    assert amb_dspy.load_agents is amb_dspy.compiled.load_agents
+    assert amb_dspy.load_agents is amb_dspy.agents.compiled.load_agents
+
+
+def test_the_old_module_name_is_the_moved_module_itself():
+    """docs/reference.md names ``amb_dspy.compiled.CompiledError``: the old name still imports, and is the
+    same module (so a patch through either name changes the one the bank reads)."""
+    import amb_dspy.agents.compiled
+    import amb_dspy.compiled
+    from amb_dspy.compiled import CompiledError as old_name
+
+    assert amb_dspy.compiled is amb_dspy.agents.compiled and old_name is amb_dspy.agents.compiled.CompiledError
+
+
+def test_the_manifest_records_the_installed_package_version():
+    from importlib.metadata import version
+
+    assert Manifest.current().amb_dspy_version == version("amb-dspy")
 
 
 # --- tampered state and manifests (issue 15) ---------------------------------------------------------
@@ -227,7 +244,7 @@ def test_tampered_state_is_refused_and_changes_nothing(tmp_path, case):
 
 
 def test_a_deeply_nested_or_huge_state_file_is_refused(tmp_path, monkeypatch):
-    from amb_dspy import compiled
+    from amb_dspy.agents import compiled
 
     save_agent(tmp_path, "analysis", compiled_analysis(), record())
     (tmp_path / "analysis.json").write_text("[" * 100_000 + "]" * 100_000)

@@ -48,7 +48,7 @@ def test_every_exception_class_in_amb_dspy_is_under_the_one_root():
     ("amb_dspy.retrieval.embedding_base.EmbeddingError", (UserError, RuntimeError)),
     ("amb_dspy.longterm.errors.LongTermInputError", (UserError, ValueError)),
     ("amb_dspy.longterm.errors.StoreUnavailableError", (UserError,)),
-    ("amb_dspy.compiled.CompiledError", (UserError,)),
+    ("amb_dspy.agents.compiled.CompiledError", (UserError,)),
     ("amb_dspy.tools.corpus_files.CorpusError", (UserError, ValueError)),
     ("amb_dspy.view.trace.TraceError", (UserError, ValueError)),
     ("amb_dspy.task.tools.ToolFailure", (UserError,)),

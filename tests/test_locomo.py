@@ -21,9 +21,9 @@ from amb_dspy.memory.view import short_ids
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.adapter import MemoryAdapter
 from optimize import commands
+from optimize.evaluate import run_eval
 from optimize.hotpotqa import DatasetError
 from optimize.locomo import load_locomo, locomo_exact_match, locomo_f1, token_f1
-from optimize.locomo_eval import run_locomo_eval
 
 DATA = Path(os.environ.get("AMB_LOCOMO_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "locomo")
 pytestmark = pytest.mark.skipif(not (DATA / "30.json").is_file(), reason=f"LoCoMo samples not found at {DATA}")
@@ -90,7 +90,7 @@ def test_bad_datasets_are_one_line_errors(source, message, tmp_path):
 def test_context_mode_scores_per_category_and_measures_each_question(conversation):
     questions = conversation.questions[:4]
     lm = ScriptedLM(**{EXTRACT: reader(questions, wrong=1)})
-    report = run_locomo_eval(SOURCE, lm=lm, n=4, mode="context")
+    report = run_eval(SOURCE, lm=lm, n=4, mode="context")
     assert [q.id for q in report.questions] == [q.id for q in questions]
     assert [q.f1 for q in report.questions] == [1.0, 0.0, 1.0, 1.0]
     assert all(q.calls == 1 and q.prompt_tokens > 5000 for q in report.questions)  # the whole conversation
@@ -100,9 +100,9 @@ def test_context_mode_scores_per_category_and_measures_each_question(conversatio
 
 def test_threads_keep_per_question_usage_exact(conversation):
     questions = conversation.questions[:6]
-    sequential = run_locomo_eval(SOURCE, lm=ScriptedLM(**{EXTRACT: reader(questions)}), n=6, mode="context")
+    sequential = run_eval(SOURCE, lm=ScriptedLM(**{EXTRACT: reader(questions)}), n=6, mode="context")
     lm = ScriptedLM(**{EXTRACT: reader(questions)})
-    threaded = run_locomo_eval(SOURCE, lm=lm, n=6, mode="context", num_threads=3)
+    threaded = run_eval(SOURCE, lm=lm, n=6, mode="context", num_threads=3)
     assert len(lm.calls) == 6
     assert [(q.id, q.calls, q.prompt_tokens, q.completion_tokens) for q in threaded.questions] == \
            [(q.id, q.calls, q.prompt_tokens, q.completion_tokens) for q in sequential.questions]
@@ -116,7 +116,7 @@ def test_react_mode_searches_the_turns(conversation, embedder):
         {"next_thought": "done", "next_tool_name": "finish", "next_tool_args": {}},
     ])
     lm = ScriptedLM(**{REACT: lambda call: next(steps), EXTRACT: reader(questions)})
-    report = run_locomo_eval(SOURCE, lm=lm, n=1, mode="react", embedder=embedder)
+    report = run_eval(SOURCE, lm=lm, n=1, mode="react", embedder=embedder)
     assert report.questions[0].f1 == 1.0 and report.questions[0].calls == 3
     evidence = next(t for t in conversation.turns if t.dia_id == questions[0].evidence[0])
     assert evidence.dia_id in prompt(lm.calls[1])  # the search result shows the turn's id
@@ -126,21 +126,21 @@ def test_bank_mode_ingests_once_and_reuses_the_cached_bank(conversation, embedde
     questions = conversation.questions[:2]
     done = {"executed_status": "success", "executed_context": "memory answers it", "next_task": ""}
     config = AmbConfig(policy="heuristic", cache_dir=tmp_path / "cache")
-    first = run_locomo_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=2, mode="bank",
+    first = run_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=2, mode="bank",
                             config=config, embedder=embedder)
     assert [q.f1 for q in first.questions] == [1.0, 1.0] and all(q.error is None for q in first.questions)
     cost = first.ingest[0]
     assert not cost.cached and cost.nodes >= 2 and cost.calls == 0  # the heuristic policy needs no LM to ingest
     cached = list((tmp_path / "cache" / "locomo-banks").glob("*.json"))
     assert len(cached) == 2  # the bank and its ingest cost
-    again = run_locomo_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=2, mode="bank",
+    again = run_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=2, mode="bank",
                             config=config, embedder=embedder)
     assert again.ingest[0].cached and again.ingest[0].nodes == cost.nodes and again.ingest[0].seconds == cost.seconds
     assert again.ingest_totals()["ingest_seconds_per_question"] == pytest.approx(cost.seconds / 2, abs=0.01)
     bank_file = next(p for p in cached if not p.name.endswith(".cost.json"))
     bank_file.write_text("{not json")  # a corrupt cache is rebuilt, never trusted
     notices: list[str] = []
-    rebuilt = run_locomo_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=1, mode="bank",
+    rebuilt = run_eval(SOURCE, lm=bank_lm(questions, planning=lambda call: done), n=1, mode="bank",
                               config=config, embedder=embedder, notices=notices)
     assert not rebuilt.ingest[0].cached and "ingesting again" in notices[0]
 

@@ -16,7 +16,7 @@ import dspy
 import pytest
 from scripted_lm import MEMORY_ANSWER, ScriptedLM
 
-from amb_dspy.compiled import CompiledError, load_agents, read_manifest
+from amb_dspy.agents.compiled import CompiledError, load_agents, read_manifest
 from amb_dspy.config import AmbConfig
 from optimize.hotpotqa import load_hotpotqa
 from optimize.runner import OptimizeError, build_program, optimize_agents

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.compiled import load_agents, read_manifest
+from amb_dspy.agents.compiled import load_agents, read_manifest
 
 # The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
 DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")

@@ -17,10 +17,11 @@ from rich.console import Console
 from scripted_lm import ScriptedLM
 from test_optimize import EXTRACT, REACT, answer_from_prompt, bank_lm, prompt
 
-from amb_dspy.compiled import CompiledError
+from amb_dspy.agents.compiled import CompiledError
 from amb_dspy.config import AmbConfig
-from optimize.evaluate import run_eval, write_corpus
+from optimize.evaluate import run_eval
 from optimize.hotpotqa import load_hotpotqa
+from optimize.hotpotqa_eval import write_corpus
 
 # The shared samples live next to the repository; AMB_HOTPOTQA_DIR points elsewhere.
 DATA = Path(os.environ.get("AMB_HOTPOTQA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "datasets" / "hotpotqa")

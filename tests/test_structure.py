@@ -14,7 +14,9 @@ from pathlib import Path
 import amb_dspy
 
 PACKAGE = Path(amb_dspy.__file__).parent
+OPTIMIZE = PACKAGE.parent / "optimize"
 MAX_FUNCTION_LINES = 60
+MAX_OPTIMIZE_FUNCTION_LINES = 50  # optimize/ is held to the house's goal already; amb_dspy/ still has a few over it
 MAX_FILE_LINES = 400
 
 # Being reworked on branch strategy right now (the `amb run` command, the loop, the answering): the lead removes
@@ -45,6 +47,26 @@ def test_no_function_is_over_60_lines():
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
             and (path, node.name) not in SPLIT_ELSEWHERE_FUNCTIONS]
     assert not long, "functions over 60 lines (split them by what their parts are):\n" + "\n".join(long)
+
+
+def _long_functions(sources: dict[str, ast.Module], limit: int) -> list[str]:
+    return [f"{path}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for path, tree in sources.items() for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > limit]
+
+
+def test_no_function_in_optimize_is_over_50_lines():
+    sources = {path.relative_to(OPTIMIZE).as_posix(): ast.parse(path.read_text(encoding="utf-8"), str(path))
+               for path in sorted(OPTIMIZE.rglob("*.py"))}
+    assert "evaluate.py" in sources and "runner.py" in sources  # the check reads the real folder
+    long = _long_functions(sources, MAX_OPTIMIZE_FUNCTION_LINES)
+    assert not long, "functions in optimize/ over 50 lines (split them into steps):\n" + "\n".join(long)
+
+
+def test_the_length_check_counts_a_function_from_def_to_its_last_line():
+    body = "\n".join(f"    x{i} = {i}" for i in range(49))
+    sources = {"short.py": ast.parse(f"def short():\n{body}"), "long.py": ast.parse(f"def long():\n{body}\n    return x0")}
+    assert _long_functions(sources, 50) == ["long.py:1 long (51 lines)"]
 
 
 def test_no_file_is_over_400_lines():
