@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,mcp,pydantic-ai,langgraph,dev]"
-	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, into AMB_CACHE_DIR
+	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, and its int8 copy, into AMB_CACHE_DIR
 	touch $@
 
 # pytest exits 5 when it collects no test: that is reported, not hidden, and not a failure of set-up.

@@ -7,9 +7,11 @@ backend, side by side in one run, interleaved so that both see the same load on 
 What is measured:
 
 * throughput: paragraphs per second embedding HotpotQA paragraphs (title + text, as the corpus
-  indexes them). Both models are loaded and warmed up first; then the paragraphs are embedded in
-  rounds, each round giving the same new slice to both backends (in alternating order), so neither
-  backend's text cache can answer and both run under the same load. ``min_cosine`` compares the
+  indexes them), by sentence-transformers, by ONNX at float32 (``AMB_EMBEDDING_PRECISION=float32``)
+  and by the default setting (ONNX, int8 unless configured). The models are loaded and warmed up first; then
+  the paragraphs are embedded in rounds, each round giving the same new slice to the three (in a rotating
+  order), so no text cache can answer and all run under the same load. ``float_*_cosine`` compare the
+  default's vectors to ONNX float32's (the same as sentence-transformers'); ``min_cosine`` compares the
   two backends' vectors of every paragraph.
 * start-up, on the real ``amb run`` in a fresh process per run (alternating backends), with a
   scripted LM served over HTTP on 127.0.0.1 (tests/scripted_lm.py behind an OpenAI-compatible
@@ -49,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 BASELINE, NEW = "sentence-transformers", "onnx"
+FLOAT = "onnx float32"  # the ONNX path at AMB_EMBEDDING_PRECISION=float32: the default before issue 41
 CONTEXT = ("The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year.\n\n"
            "Port Merrow is a harbour city on the Gull Coast, and the river Calder flows through it into the bay.")
 
@@ -68,9 +71,13 @@ def hotpotqa_paragraphs(path: Path, count: int) -> list[str]:
 
 
 def throughput(paragraphs: list[str], rounds: int) -> dict[str, float]:
+    """Paragraphs/s of sentence-transformers, ONNX float32 and the default setting (ONNX int8 unless configured),
+    each round's slice given to all three in a rotating order; cosines of each to the float vectors."""
+    from amb_dspy.config import AmbConfig
     from amb_dspy.retrieval.embedding import default_embedder
 
-    models = {name: default_embedder(name) for name in (BASELINE, NEW)}
+    models = {BASELINE: default_embedder(BASELINE), FLOAT: default_embedder(config=AmbConfig(
+        embedding_backend="onnx", embedding_precision="float32")), NEW: default_embedder(NEW)}
     for model in models.values():
         model.embed(["warm-up: the first call loads the model"])
     seconds = dict.fromkeys(models, 0.0)
@@ -78,14 +85,17 @@ def throughput(paragraphs: list[str], rounds: int) -> dict[str, float]:
     size = -(-len(paragraphs) // rounds)
     for r in range(rounds):
         chunk = paragraphs[r * size : (r + 1) * size]
-        order = (BASELINE, NEW) if r % 2 == 0 else (NEW, BASELINE)
-        for name in order:
+        names = list(models)
+        for name in names[r % 3:] + names[: r % 3]:
             started = time.perf_counter()
             vectors[name].append(models[name].embed(chunk))
             seconds[name] += time.perf_counter() - started
-    a, b = np.concatenate(vectors[BASELINE]), np.concatenate(vectors[NEW])
-    return {"baseline": len(paragraphs) / seconds[BASELINE], "new": len(paragraphs) / seconds[NEW],
-            "min_cosine": float((a * b).sum(axis=1).min())}
+    base, flat, new = (np.concatenate(vectors[name]) for name in models)
+    to_float = (new * flat).sum(axis=1)
+    return {"baseline": len(paragraphs) / seconds[BASELINE], "float32": len(paragraphs) / seconds[FLOAT],
+            "new": len(paragraphs) / seconds[NEW], "min_cosine": float((base * new).sum(axis=1).min()),
+            "float_min_cosine": float(to_float.min()), "float_mean_cosine": float(to_float.mean()),
+            "precision": getattr(models[NEW], "precision", "float32")}
 
 
 # --- start-up: the real `amb run` against a scripted LM on 127.0.0.1 --------------------------------
@@ -220,6 +230,7 @@ def main() -> None:
     base, new = start[BASELINE], start[NEW]
     rows = [
         ("paragraphs/s (HotpotQA)", speed["baseline"], speed["new"], speed["new"] / speed["baseline"]),
+        ("  onnx float32 paragraphs/s, onnx default vs it", speed["float32"], speed["new"], speed["new"] / speed["float32"]),
         ("amb run -> first LM call (s)", base["first"], new["first"], base["first"] / new["first"]),
         ("amb run -> first LM call after embedding (s)", base["memory"], new["memory"], base["memory"] / new["memory"]),
         ("fresh process -> embedder ready (s)", base["ready"], new["ready"], base["ready"] / new["ready"]),
@@ -229,11 +240,15 @@ def main() -> None:
     print(f"{'':<46} {BASELINE:>22} {NEW:>10} {'speed-up':>9}")
     for label, before, after, gain in rows:
         print(f"{label:<46} {before:>22.2f} {after:>10.2f} {gain:>8.2f}x")
-    print(f"min cosine between the backends' vectors: {speed['min_cosine']:.7f}")
+    print(f"onnx default = {speed['precision']}; min cosine to sentence-transformers' vectors {speed['min_cosine']:.7f}, "
+          f"to onnx float32's: min {speed['float_min_cosine']:.5f}, mean {speed['float_mean_cosine']:.5f}")
     print(json.dumps({
         "paragraphs": len(paragraphs),
         "baseline_paragraphs_per_s": round(speed["baseline"], 2), "paragraphs_per_s": round(speed["new"], 2),
         "throughput_speedup": round(speed["new"] / speed["baseline"], 2),
+        "precision": speed["precision"], "float32_paragraphs_per_s": round(speed["float32"], 2),
+        "speedup_over_float32": round(speed["new"] / speed["float32"], 2),
+        "float_min_cosine": round(speed["float_min_cosine"], 5), "float_mean_cosine": round(speed["float_mean_cosine"], 5),
         "baseline_first_lm_call_s": round(base["first"], 3), "first_lm_call_s": round(new["first"], 3),
         "first_lm_call_speedup": round(base["first"] / new["first"], 2),
         "baseline_first_memory_lm_call_s": round(base["memory"], 3), "first_memory_lm_call_s": round(new["memory"], 3),

@@ -30,6 +30,7 @@ SETTINGS = [
     ("memory_tokens", "700", 700, "view"),
     ("embedding_batch_size", "5", 5, "embedding"),
     ("embedding_backend", "onnx", "onnx", "embedding"),
+    ("embedding_precision", "float32", "float32", "embedding"),
     ("serper_api_key", "serp", "serp", "tools"),
     ("jina_api_key", "jina", "jina", "tools"),
     ("tool_cache", "0", False, "tools"),

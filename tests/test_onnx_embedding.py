@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from amb_dspy.config import AmbConfig
 from amb_dspy.retrieval.embedding import (
     EmbeddingError,
     SentenceTransformerEmbedder,
@@ -35,7 +36,8 @@ def demo_passages() -> list[str]:
 
 
 def test_onnx_vectors_match_sentence_transformers(reference):
-    onnx = default_embedder("onnx")
+    """At float32; the int8 default's vectors are close, not equal (tests/test_embedding_precision.py)."""
+    onnx = default_embedder(config=AmbConfig(embedding_backend="onnx", embedding_precision="float32"))
     assert isinstance(onnx, OnnxEmbedder)
     texts = demo_passages() + ["x", "word " * 400]  # a one-token text and one cut at 256 tokens
     got, expected = onnx.embed(texts), reference.embed(texts)

@@ -71,8 +71,9 @@ class SentenceTransformerEmbedder(CachingEmbedder):
                                    convert_to_numpy=True, show_progress_bar=False)
 
 
-# One embedder per everything that changes it: backend, batch size, and (ONNX) the folder of the exported model.
-_defaults: dict[tuple[str, int | None, Path | None], CachingEmbedder] = {}
+# One embedder per everything that changes it: backend, batch size, and (ONNX) the folder of the exported model
+# and the precision it runs at.
+_defaults: dict[tuple[str, int | None, Path | None, str | None], CachingEmbedder] = {}
 _default_lock = threading.Lock()
 
 
@@ -103,13 +104,14 @@ def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: st
     name = resolve_backend(backend or settings.embedding_backend)
     batch = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
     model_home = Path(cache_dir).expanduser().resolve() if name == "onnx" else None
-    key = (name, settings.embedding_batch_size, model_home)
+    precision = settings.embedding_precision if name == "onnx" else None  # torch runs the float model only
+    key = (name, settings.embedding_batch_size, model_home, precision)
     with _default_lock:
         if key not in _defaults:
             if name == "onnx":
                 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 
-                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, **batch)
+                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, precision=precision, **batch)
             else:
                 _defaults[key] = SentenceTransformerEmbedder(**batch)
         return _defaults[key]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -89,6 +90,7 @@ class CachingEmbedder:
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
         self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
+        self.encode_seconds = 0.0  # the time they took (tokenizer and model): what embedding costs an ingest
 
     @property
     def model_name(self) -> str:
@@ -108,7 +110,9 @@ class CachingEmbedder:
                 if key not in self._cache and key not in missing:
                     missing[key] = text
             if missing:
+                started = time.perf_counter()
                 vectors = np.asarray(self._encode(list(missing.values())), dtype=np.float32)
+                self.encode_seconds += time.perf_counter() - started
                 self.encoded_texts += len(missing)
                 for key, vector in zip(missing, vectors):
                     self._cache[key] = vector

@@ -1,0 +1,159 @@
+"""Ingest speed: tokens per second of ``amb ingest --policy heuristic`` (no LM), the default embedding setting
+against the path before issue 41 (the baseline: ``AMB_EMBEDDING_PRECISION=float32``, the float ONNX model in
+batches of 8 texts), on the same documents in one run, with the share of the time spent inside the embedder.
+
+    python bench/ingest_speed.py [--items 110] [--repeats 1] [--profile 15] [--sets hotpotqa locomo]
+
+Two document sets, written at bench time into a temporary folder (nothing is kept):
+
+* ``hotpotqa``: the first ``--items`` HotpotQA dev items (../shared/datasets/hotpotqa), one Markdown file per
+  item holding its ten paragraphs (``# title`` + text), as a folder of notes;
+* ``locomo``: the shared LoCoMo conversations (../shared/datasets/locomo/*.json), which ``amb ingest`` reads
+  as conversations, one document each.
+
+Each ingest is the real CLI (``amb_dspy.cli.app``) in a fresh process into a new bank database, timed from the
+process's start to its end (imports and model load included). The process reports the time spent in the
+embedder's model and tokenizer (``CachingEmbedder.encode_seconds``, summed over the embedders it made):
+``embed_share`` = that / the ingest's time. Tokens are ``estimate_tokens`` of each document as read
+(``amb_dspy.memory.documents.read_documents``). Baseline and default alternate (``--repeats`` pairs, medians).
+``--profile N`` runs one more default ingest of the HotpotQA folder under cProfile and prints its top ``N``
+functions by own time and by cumulative time: where the rest of the time goes.
+
+The last line is JSON: ``tokens_per_s`` / ``baseline_tokens_per_s`` / ``embed_share`` (HotpotQA, the target
+set), the same per set, and the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared" / "datasets"
+BASELINE = {"AMB_EMBEDDING_PRECISION": "float32"}  # and the float model's own batches of 8: the path before issue 41
+
+# Run in the child: the CLI, then what its embedders spent, as one JSON line on the last line of stdout.
+CHILD = """
+import cProfile, json, pstats, sys, time
+started = time.perf_counter()
+from amb_dspy.cli import app
+from amb_dspy.retrieval import embedding
+profile = cProfile.Profile() if sys.argv[1] != "-" else None
+profile and profile.enable()
+try:
+    app(sys.argv[2:], standalone_mode=False)
+finally:
+    profile and profile.disable()
+    models = list(embedding._defaults.values())
+    print(json.dumps({"seconds": time.perf_counter() - started, "encode_seconds": sum(m.encode_seconds for m in models),
+                      "texts": sum(m.encoded_texts for m in models)}))
+    if profile:
+        for key in ("tottime", "cumulative"):
+            pstats.Stats(profile, stream=sys.stderr).sort_stats(key).print_stats(int(sys.argv[1]))
+"""
+
+
+def write_hotpotqa(folder: Path, items: int) -> Path:
+    """One Markdown file per HotpotQA item: its paragraphs, each under its title."""
+    folder.mkdir(parents=True)
+    with open(SHARED / "hotpotqa" / "dev_distractor_300.jsonl", encoding="utf-8") as lines:
+        for number, line in zip(range(items), lines):
+            item = json.loads(line)
+            text = "\n\n".join(f"# {title}\n\n{''.join(sentences).strip()}" for title, sentences in item["context"])
+            (folder / f"item-{number:03d}.md").write_text(text + "\n", encoding="utf-8")
+    return folder
+
+
+def count_tokens(folder: Path) -> int:
+    from amb_dspy.agents.chunking import estimate_tokens
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.memory.documents import read_documents
+
+    limit = AmbConfig().limits.max_context_bytes
+    return sum(estimate_tokens(doc.text) for doc in read_documents([folder], limit, lambda line: None))
+
+
+def ingest(folder: Path, workdir: Path, env_extra: dict[str, str], profile: int = 0) -> dict[str, float]:
+    """One ``amb ingest FOLDER --bank NEW --policy heuristic`` in a fresh process: its seconds and embedding's."""
+    bank = Path(tempfile.mkdtemp(dir=workdir)) / "bank.sqlite"
+    env = {**os.environ, **env_extra, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "AMB_STORAGE_DIR": str(bank.parent / "storage"), "AMB_TEMP_DIR": str(bank.parent / "temp")}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", CHILD, str(profile or "-"), "ingest", str(folder), "--bank", str(bank),
+                           "--policy", "heuristic"], env=env, cwd=workdir, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"amb ingest failed ({done.returncode}): {done.stderr[-800:]}")
+    if profile:
+        print(done.stderr[done.stderr.find("   Ordered by"):], file=sys.stderr)
+    stats = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"seconds": wall, "encode_seconds": stats["encode_seconds"], "texts": stats["texts"]}
+
+
+def measure(folder: Path, workdir: Path, repeats: int) -> dict[str, float]:
+    runs: dict[str, list[dict[str, float]]] = {"baseline": [], "default": []}
+    for r in range(repeats):
+        for name in (("baseline", "default") if r % 2 == 0 else ("default", "baseline")):
+            runs[name].append(ingest(folder, workdir, BASELINE if name == "baseline" else {}))
+    tokens = count_tokens(folder)
+    out: dict[str, float] = {"tokens": tokens}
+    for name, samples in runs.items():
+        seconds = statistics.median(s["seconds"] for s in samples)
+        out[f"{name}_seconds"] = seconds
+        out[f"{name}_tokens_per_s"] = tokens / seconds
+        out[f"{name}_embed_share"] = statistics.median(s["encode_seconds"] / s["seconds"] for s in samples)
+        out[f"{name}_texts"] = samples[0]["texts"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--items", type=int, default=110, help="HotpotQA items, one document each")
+    parser.add_argument("--repeats", type=int, default=1, help="baseline/default pairs per set (medians)")
+    parser.add_argument("--profile", type=int, default=0, help="print the top N functions of one default ingest")
+    parser.add_argument("--sets", nargs="+", choices=("hotpotqa", "locomo"), default=["hotpotqa", "locomo"])
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    load_before = os.getloadavg()[0]
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        hotpotqa = write_hotpotqa(work / "hotpotqa", args.items)
+        locomo = work / "locomo"
+        locomo.mkdir()
+        for conversation in sorted((SHARED / "locomo").glob("*.json")):
+            (locomo / conversation.name).write_bytes(conversation.read_bytes())
+        for name, folder in (("hotpotqa", hotpotqa), ("locomo", locomo)):
+            if name not in args.sets:
+                continue
+            results[name] = measure(folder, work, args.repeats)
+            results[name]["load"] = os.getloadavg()[0]
+        if args.profile:
+            ingest(hotpotqa, work, {}, profile=args.profile)
+    load_after = os.getloadavg()[0]
+    print(f"amb ingest --policy heuristic, fresh bank each; {args.repeats} run(s) per path (median); {os.cpu_count()} CPUs, "
+          f"load average {load_before:.1f} before, {load_after:.1f} after; baseline = AMB_EMBEDDING_PRECISION=float32")
+    print(f"{'set':<10} {'tokens':>8} {'texts':>7} {'baseline tok/s':>15} {'default tok/s':>14} {'speed-up':>9} "
+          f"{'embed share b/d':>16} {'load':>5}")
+    for name, r in results.items():
+        print(f"{name:<10} {r['tokens']:>8} {r['default_texts']:>7} {r['baseline_tokens_per_s']:>15.0f} "
+              f"{r['default_tokens_per_s']:>14.0f} {r['default_tokens_per_s'] / r['baseline_tokens_per_s']:>8.2f}x "
+              f"{r['baseline_embed_share']:>7.2f} / {r['default_embed_share']:.2f} {r['load']:>5.1f}")
+    hot = results.get("hotpotqa") or results["locomo"]
+    print(json.dumps({
+        "tokens_per_s": round(hot["default_tokens_per_s"]), "baseline_tokens_per_s": round(hot["baseline_tokens_per_s"]),
+        "embed_share": round(hot["default_embed_share"], 3), "baseline_embed_share": round(hot["baseline_embed_share"], 3),
+        "sets": {name: {key: round(value, 3) for key, value in r.items()} for name, r in results.items()},
+        "cpus": os.cpu_count(), "load_before": round(load_before, 2), "load_after": round(load_after, 2),
+    }))
+
+
+if __name__ == "__main__":
+    main()
