@@ -24,12 +24,14 @@ import dspy
 
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.agents.compiled import apply_compiled
+from amb_dspy.agents.prepared import PreparedAnswers, answers_prepared
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
 from amb_dspy.memory.bank_writer import BankWriter
-from amb_dspy.memory.documents import AddResult, Expected, NamedDocument, dated_sessions, read_documents
+from amb_dspy.memory.documents import AddResult, Expected, NamedDocument, dated_sessions
 from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.ingest_ahead import Preparer, ReadAhead
 from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
@@ -236,12 +238,7 @@ class MemoryBank:
         path = self._located(into) if isinstance(into, (str, Path)) else None
         store = into if isinstance(into, MemoryStore) else None
         with BankWriter(path, self.embedder, store=store, notify=lambda line: self._report("notice", line)) as writer:
-            def skip(line: str) -> None:
-                result.skipped.append(line)
-                self._report("notice", line, writer.store)
-
-            for document in read_documents(paths, self.config.limits.max_context_bytes, skip, expected):
-                self._add_one(writer, document, result, expected)
+            self._add_all(writer, paths, result, expected)
             written = writer.close()
             store = writer.latest() if export is not None else writer.store  # a copy has every writer's commits
         result.written = [*([path] if writer.database and result.changed else []), *([written] if written else [])]
@@ -254,8 +251,26 @@ class MemoryBank:
         result.seconds = round(time.monotonic() - started, 3)
         return result
 
-    def _add_one(self, writer: BankWriter, document: NamedDocument, result: AddResult, expected: Expected) -> None:
-        """One document of :meth:`add_documents`, committed by ``writer``; what cannot be added is skipped."""
+    def _add_all(self, writer: BankWriter, paths: Iterable[str | Path], result: AddResult, expected: Expected) -> None:
+        """The documents of ``paths`` committed by ``writer`` one at a time, in order, as a pipeline: the next ones
+        are read and prepared meanwhile (:mod:`amb_dspy.memory.ingest_ahead`)."""
+        shared, answers, refused = self._shared(), PreparedAnswers(), 0
+        prepare = Preparer(answers, shared["agents"], shared["lms"], self.embedder,
+                           goal=lambda: writer.store.insight_doc.task_goal,
+                           holds=lambda digest: writer.store.entry_with_hash(digest) is not None) \
+            if shared["config"].models.policy == "heuristic" else (lambda document: [])
+        with ReadAhead(paths, self.config.limits.max_context_bytes, prepare) as reading, answers_prepared(answers):
+            for step in reading:
+                expected.total = step.total - refused
+                if step.document is None:
+                    result.skipped.append(step.skipped)
+                    self._report("notice", step.skipped, writer.store)
+                    continue
+                refused += not self._add_one(writer, step.document, result, expected)
+                answers.discard(step.prepared)  # those of a document the bank held are not taken
+
+    def _add_one(self, writer: BankWriter, document: NamedDocument, result: AddResult, expected: Expected) -> bool:
+        """One document of :meth:`add_documents`, committed by ``writer``; what cannot be added is skipped (False)."""
         self._report("document", document.name, writer.store)
         try:
             ingested = writer.commit(lambda store: self.ingest(document.text, document.name, into=store,
@@ -264,11 +279,12 @@ class MemoryBank:
             result.skipped.append(line := f"skipped {document.name}: {one_line(exc)}")
             expected.total -= 1
             self._report("notice", line, writer.store)
-            return
+            return False
         result.record(document.name, ingested)
         phase = "unchanged" if not (ingested.added or ingested.replaced) else \
             "committed" if writer.database else "added"
         self._report(phase, document.name, writer.store, done=result.done, total=expected.total)
+        return True
 
     def _report(self, phase: str, message: str, store: MemoryStore | None = None, **count: int) -> None:
         """A progress event outside any session's (a document starting or committed, a file skipped); ``count``:

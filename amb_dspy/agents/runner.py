@@ -26,6 +26,7 @@ import dspy
 
 from amb_dspy.agents.base import AgentError
 from amb_dspy.agents.fallback import POLICIES
+from amb_dspy.agents.prepared import prepared_answer
 from amb_dspy.errors import one_line
 from amb_dspy.lm import AgentLMs
 
@@ -150,6 +151,9 @@ class AgentRunner:
 
     def _with_policy(self, name: str, **inputs: Any) -> Any:
         self._count(name)
+        answer = prepared_answer(name, inputs)  # worked out ahead by an ingest pipeline, from the same inputs
+        if answer is not None:
+            return answer
         with self.lms.use(name):  # token counting and window caps follow the agent's LM; no LM call is made
             return POLICIES[name](self.agents[name], self.embedder, **inputs)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
+from amb_dspy.agents.classification import Cluster
 from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.agents.structure import ClusterText
 from amb_dspy.config import AmbConfig
@@ -183,17 +184,8 @@ class MemoryWriter:
         few calls as its window allows."""
         self._emit("memorise")
         clusters = self._agent("classification", context=text, task_goal=self.store.insight_doc.task_goal).clusters
-        cut = []
-        for cluster in clusters:
-            owner = [bisect.bisect_right(starts, a) - 1 for a, _ in cluster.spans]
-            for k in dict.fromkeys(owner):
-                mine = [(a, b) for (a, b), o in zip(cluster.spans, owner) if o == k]
-                piece = cluster if len(mine) == len(owner) else \
-                    cluster.model_copy(update={"content": "\n\n".join(text[a:b] for a, b in mine)})
-                cut.append((k, piece, [(a - starts[k], b - starts[k]) for a, b in mine]))
-        structured = self._agent("structure", batch=[
-            ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for _, c, _ in cut
-        ]) if cut else []
+        cut = cut_clusters(clusters, text, starts)
+        structured = self._agent("structure", batch=structure_batch(cut)) if cut else []
         return [(k, NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords)), spans)
                 for (k, c, spans), s in zip(cut, structured)]
 
@@ -361,6 +353,25 @@ class MemoryWriter:
         failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
         return [new], failure
 
+
+
+def cut_clusters(clusters: Sequence[Cluster], text: str, starts: list[int]) -> list[tuple[int, Cluster, list[tuple[int, int]]]]:
+    """Classification's clusters of ``text`` (documents starting at ``starts``) as ``(document number, cluster,
+    spans in that document)``: a cluster with segments in two documents is cut into one in each."""
+    cut = []
+    for cluster in clusters:
+        owner = [bisect.bisect_right(starts, a) - 1 for a, _ in cluster.spans]
+        for k in dict.fromkeys(owner):
+            mine = [(a, b) for (a, b), o in zip(cluster.spans, owner) if o == k]
+            piece = cluster if len(mine) == len(owner) else \
+                cluster.model_copy(update={"content": "\n\n".join(text[a:b] for a, b in mine)})
+            cut.append((k, piece, [(a - starts[k], b - starts[k]) for a, b in mine]))
+    return cut
+
+
+def structure_batch(cut: Sequence[tuple[int, Cluster, list[tuple[int, int]]]]) -> list[ClusterText]:
+    """The structure agent's input for the topics of :func:`cut_clusters`, one item a topic."""
+    return [ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for _, c, _ in cut]
 
 
 def _calls_label(calls: Sequence[ToolCall]) -> str:

@@ -88,7 +88,8 @@ class CachingEmbedder:
         self.cache_size = cache_size
         self.dim = MINILM_DIM
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the cache's
+        self._encode_lock = threading.Lock()  # the model's: one call at a time
         self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
         self.encode_seconds = 0.0  # the time they took (tokenizer and model): what embedding costs an ingest
 
@@ -102,24 +103,32 @@ class CachingEmbedder:
         raise NotImplementedError
 
     def embed(self, texts: list[str]) -> np.ndarray:
+        """The texts' vectors, one row each: those in the cache read from it, the others encoded in one call.
+        The cache is locked only to read and to add, not while the model runs, so that a thread embedding ahead
+        (an ingest pipeline, :mod:`amb_dspy.memory.ingest_ahead`) never holds up another's cache hits; the model
+        runs one call at a time (``_encode_lock``). A text encoded by two threads at once keeps the first vector
+        stored, and both get that one."""
         texts = list(texts)
         keys = [hashlib.sha1(t.encode("utf-8")).digest() for t in texts]
         with self._lock:
-            missing: dict[bytes, str] = {}
-            for key, text in zip(keys, texts):
-                if key not in self._cache and key not in missing:
-                    missing[key] = text
-            if missing:
+            found = {key: self._cache[key] for key in keys if key in self._cache}
+        missing = {key: text for key, text in zip(keys, texts) if key not in found}
+        if missing:
+            with self._encode_lock:
                 started = time.perf_counter()
                 vectors = np.asarray(self._encode(list(missing.values())), dtype=np.float32)
-                self.encode_seconds += time.perf_counter() - started
+                seconds = time.perf_counter() - started
+            with self._lock:
+                self.encode_seconds += seconds
                 self.encoded_texts += len(missing)
                 for key, vector in zip(missing, vectors):
-                    self._cache[key] = vector
-            out = np.empty((len(texts), self.dim), dtype=np.float32)
+                    found[key] = self._cache.setdefault(key, vector)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        with self._lock:
             for i, key in enumerate(keys):
-                out[i] = self._cache[key]
-                self._cache.move_to_end(key)
+                out[i] = found[key]
+                if key in self._cache:
+                    self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return out

@@ -26,6 +26,8 @@ path falls back to when the LM leaves the updates out, so the bank links the two
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Relationship, unique_candidates
@@ -80,8 +82,8 @@ def hybrid_scores(new_node: NodeInfo, candidates: list[NodeInfo], embedder: Embe
     index = BM25Index()
     owner: list[int] = []  # node number of each sentence; 0 is the new node
     for number, text in enumerate(texts):
-        for sentence in split_sentences(text):
-            index.add(len(owner), tokenize(sentence))
+        for tokens in _sentence_tokens(text):
+            index.add(len(owner), list(tokens))
             owner.append(number)
     query = tokenize(" ".join(new_node.keywords) or texts[0])
     per_sentence = index.scores(query)[: len(owner)]
@@ -89,3 +91,10 @@ def hybrid_scores(new_node: NodeInfo, candidates: list[NodeInfo], embedder: Embe
     np.maximum.at(best, np.array(owner), per_sentence)
     bm25 = np.clip(best[1:] / best[0], 0.0, 1.0) if best[0] > 0 else np.zeros(len(candidates))
     return HYBRID_ALPHA * bm25 + (1 - HYBRID_ALPHA) * cosine
+
+
+@functools.lru_cache(maxsize=8192)
+def _sentence_tokens(text: str) -> tuple[tuple[str, ...], ...]:
+    """The BM25 tokens of each sentence of a node's text. A node is a candidate of many new nodes in an ingest
+    (and the new node of one): its sentences are split and tokenised once, not at each comparison."""
+    return tuple(tuple(tokenize(sentence)) for sentence in split_sentences(text))
