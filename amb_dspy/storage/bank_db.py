@@ -35,7 +35,7 @@ import json
 import os
 import sqlite3
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,13 +198,15 @@ class BankParts:
 
 
 def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
-                  changed: Collection[str] = (), notify: Notify = notice) -> SavePoint:
+                  changed: Collection[str] = (), notify: Notify = notice,
+                  also: Callable[[sqlite3.Connection], None] | None = None) -> SavePoint:
     """Save ``bank`` to the database at ``path`` in one transaction; returns the new save point.
 
     With ``since`` (the save point of this bank's last save to ``path``, still the file's), only the rows of
     the node ids in ``changed`` (added, edited or removed since) and the entries and merge events after
     ``since`` are written. Otherwise the file gets the whole bank, replacing what it held, unless it holds a
-    larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do)."""
+    larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do).
+    ``also``: more statements for the same transaction (a task store's own rows beside the bank's)."""
     path = Path(path)
     if since is not None and (since.path != path or _file_save_id(path) != since.save_id):
         since = None
@@ -218,6 +220,8 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
             connection.execute("BEGIN IMMEDIATE")
             try:
                 point, lines = _write(connection, path, bank, since, changed)
+                if also is not None:
+                    also(connection)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
