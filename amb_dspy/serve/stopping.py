@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -79,8 +80,11 @@ def run_http(app: Any, *, host: str, port: int, log_level: str, drain: Callable[
 
 
 def drain_on_sigterm(drain: Callable[[], Any]) -> None:
-    """Under stdio: SIGTERM drains (in a thread), then stops the server as Ctrl-C does."""
-    def stop(_sig: int, _frame: Any) -> None:
-        threading.Thread(target=lambda: (drain(), os.kill(os.getpid(), signal.SIGINT)), daemon=True).start()
+    """Under stdio: SIGTERM drains (in a thread), then ends the process with SIGTERM's exit status (143): the
+    thread reading stdin cannot be woken, and everything is committed by then."""
+    def end() -> None:
+        drain()
+        sys.stdout.flush()
+        os._exit(128 + signal.SIGTERM)
 
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: threading.Thread(target=end, daemon=True).start())
