@@ -300,6 +300,11 @@ class MemoryBank:
         agents, LMs and embedding model, which its sessions share."""
         return TaskSession.start(goal, bank=self._located(bank), namespace=namespace, images=None, **self._shared())
 
+    def open_session(self, store: MemoryStore, *, namespace: str | None = None) -> TaskSession:
+        """A session on ``store`` as it is (no copy, no recall): a task the server reopens after a restart,
+        whose run state then comes back with :meth:`TaskSession.resume`."""
+        return TaskSession(store, namespace=namespace, images=None, **self._shared())
+
     def _located(self, bank: str | Path | MemoryStore | None) -> Path | MemoryStore | None:
         """A bank named by path or name, as a file (:func:`~amb_dspy.storage.bank_names.bank_path`)."""
         return bank_path(bank, self.config.paths.storage_dir) if isinstance(bank, (str, Path)) else bank

@@ -107,7 +107,7 @@ def test_stdio_lists_the_tools_runs_a_whole_task_and_survives_bad_input(tmp_path
             open_id = (await ok(session, "memory_start_task", goal="a second task"))["task_id"]
             for tool, arguments, expected in [
                 ("memory_context", {"task_id": "no-such-task"}, "no open task"),
-                ("memory_context", {"task_id": done["task_id"]}, "no open task"),  # ended
+                ("memory_context", {"task_id": done["task_id"]}, "was ended; its bank is in"),
                 ("memory_deep_retrieval", {"task_id": open_id, "node_id": "ffffffff"}, "no memory node"),
                 ("memory_observe", {"task_id": open_id, "tool": "search", "result": "x" * 30000}, "over the 20000-byte limit"),
                 ("memory_observe", {"task_id": open_id, "tool": "search"}, "result"),  # missing argument

@@ -18,20 +18,21 @@ from amb_dspy.storage.insight_doc import InsightDoc
 class StoreFiles:
     """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
 
-    def export(self, path) -> Path:
+    def export(self, path, also=None) -> Path:
         """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
         notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
         (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
         from writes only what changed since, the new line vectors included (the evidence view's,
         ``line_vectors``; :func:`amb_dspy.memory.view.embed_lines` embeds the lines of the nodes a save writes).
         Any other path gets the whole bank as one JSON file
-        (:mod:`amb_dspy.storage.bank_file`), the interchange format."""
+        (:mod:`amb_dspy.storage.bank_file`), the interchange format. ``also(connection)``: more statements in a bank
+        database save's transaction (:func:`~amb_dspy.storage.bank_db.write_bank_db`)."""
         if not is_bank_db(path):
             return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
                              embedding_model_name(self.embedder), self.hops)
         parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
                           self.hops, self.line_vectors, self.lines_complete())
-        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes)
+        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes, also=also)
         self.unsaved_nodes = set()
         return self.save_point.path
 

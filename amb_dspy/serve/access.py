@@ -28,7 +28,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from amb_dspy.errors import InputError
 from amb_dspy.serve.keys import KeyStore
-from amb_dspy.task.tools import SESSIONS_FOLDER, ToolHost
+from amb_dspy.storage.bank_names import BANKS_FOLDER
+from amb_dspy.task.tools import ToolHost
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 NAMESPACES_CLAIM = "namespaces"
@@ -134,7 +135,9 @@ def reached_namespace(namespaces: tuple[str, ...], namespace: str | None) -> str
 
 @dataclass(frozen=True)
 class KeyedHost(ToolHost):
-    """The tools outside a task, for one key: its namespaces only, and no bank file another task exported."""
+    """The tools outside a task, for one key: its namespaces only, and bank files from the shared ``banks/``
+    folder or an operator's ``--allow-dir`` only: the rest of the storage folder holds other keys' tasks
+    (``tasks/``) and exports (``sessions/``)."""
 
     namespaces: tuple[str, ...] = ()
 
@@ -143,8 +146,9 @@ class KeyedHost(ToolHost):
 
     def bank_file(self, bank: str | None) -> Path | None:
         path = super().bank_file(bank)
-        sessions = (self.config.paths.storage_dir.expanduser() / SESSIONS_FOLDER).resolve()
-        if path is not None and path.is_relative_to(sessions):
-            raise InputError(f"bank file {bank}: tasks' exports are not shared between keys; start from a bank "
-                             "in the storage folder's banks/ or a folder the operator allows")
+        shared = [(self.config.paths.storage_dir.expanduser() / BANKS_FOLDER).resolve(),
+                  *(Path(d).expanduser().resolve() for d in self.allowed_dirs)]
+        if path is not None and not any(path.is_relative_to(folder) for folder in shared):
+            raise InputError(f"bank file {bank}: tasks and their exports are not shared between keys; start from a "
+                             "bank in the storage folder's banks/ or a folder the operator allows")
         return path

@@ -40,6 +40,8 @@ from amb_dspy.errors import InputError
 from amb_dspy.serve import access
 from amb_dspy.serve.keys import KeyStore
 from amb_dspy.serve.registry import TaskRegistry
+from amb_dspy.serve.stopping import InFlight, drain_on_sigterm, run_http
+from amb_dspy.serve.task_store import TASKS_FOLDER, SqliteTaskStore
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.tool_results import ToolResult
 from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, MemoryTool, ToolFailure, ToolHost, validation_line
@@ -73,11 +75,17 @@ def _annotations(tool: MemoryTool) -> ToolAnnotations:
 
 
 class _OneLineServer(MCPServer):
-    """The SDK's server, with arguments that fail a tool's schema reported in one line too."""
+    """The SDK's server, with arguments that fail a tool's schema reported in one line too, and the tool calls
+    in flight counted (a stop waits for them: :mod:`amb_dspy.serve.stopping`)."""
+
+    in_flight: InFlight
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
         try:
-            return await super().call_tool(name, arguments, context)
+            with self.in_flight.call():
+                return await super().call_tool(name, arguments, context)
+        except InputError as exc:  # refused: the server is stopping
+            raise ToolError(str(exc)) from None
         except ToolError as exc:
             if not isinstance(exc.__cause__, ValidationError):
                 raise
@@ -92,6 +100,7 @@ def build_server(bank: MemoryBank, registry: TaskRegistry, name: str = "amb-dspy
     (:mod:`amb_dspy.serve.access`)."""
     auth = {"token_verifier": access.KeyVerifier(keys), "auth": access.auth_settings()} if keys is not None else {}
     server = _OneLineServer(name, instructions=INSTRUCTIONS, **auth)
+    server.in_flight = InFlight()
     host = ToolHost(bank.config, bank.embedder, registry.start, tuple(Path(d) for d in allowed_dirs))
 
     def host_for_caller() -> ToolHost:
@@ -132,16 +141,25 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
     """Serve ``bank``'s memory over stdio, or streamable HTTP on ``host:http_port`` (path ``/mcp``);
     ``allowed_dirs``: folders beyond the storage folder that memory_start_task may read bank files from;
     ``keys``: the keys every HTTP call must carry one of (None: no key asked); ``allow_hosts``: Host header
-    values accepted beyond loopback names and ``host``."""
-    registry = TaskRegistry(bank.start_session, export_dir=bank.config.paths.storage_dir / SESSIONS_FOLDER,
-                            idle_s=idle_s, max_tasks=max_tasks)
+    values accepted beyond loopback names and ``host``. Tasks are kept in ``STORAGE_DIR/tasks`` as they change
+    (:mod:`amb_dspy.serve.task_store`): a restarted server goes on with them."""
+    storage = bank.config.paths.storage_dir
+    store = SqliteTaskStore(storage / TASKS_FOLDER, bank.open_session, bank.embedder)
+    registry = TaskRegistry(bank.start_session, export_dir=storage / SESSIONS_FOLDER, idle_s=idle_s,
+                            max_tasks=max_tasks, store=store)
     registry.start_reaper()
     server = build_server(bank, registry, allowed_dirs=allowed_dirs, keys=keys if http_port else None)
+
+    def drain() -> None:  # on SIGTERM or Ctrl-C: the calls in flight and every task's queued work finish first
+        server.in_flight.drain(registry.settled)
+
     try:
         if http_port is None:
+            drain_on_sigterm(drain)
             server.run("stdio")
         else:
-            server.run("streamable-http", host=host, port=http_port,
-                       transport_security=access.transport_security(host, list(allow_hosts)))
+            app = server.streamable_http_app(host=host,
+                                             transport_security=access.transport_security(host, list(allow_hosts)))
+            run_http(app, host=host, port=http_port, log_level=server.settings.log_level.lower(), drain=drain)
     finally:
         registry.stop()

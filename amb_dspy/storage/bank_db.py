@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,6 +74,10 @@ CREATE TABLE nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, body TEXT 
 CREATE TABLE entries (seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, body TEXT NOT NULL);
 CREATE TABLE merge_events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);
 """
+
+
+Also = Callable[[sqlite3.Connection], None]
+"""More statements for a save's transaction (see :func:`write_bank_db`)."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,7 @@ class BankParts:
 
 
 def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
-                  changed: Collection[str] = (), notify: Notify = notice) -> SavePoint:
+                  changed: Collection[str] = (), notify: Notify = notice, also: Also | None = None) -> SavePoint:
     """Save ``bank`` to the database at ``path`` in one transaction, holding the bank's write lock
     (:mod:`amb_dspy.storage.bank_lock`); returns the new save point.
 
@@ -209,7 +213,8 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
     ``since`` are written. Otherwise the file gets the whole bank, replacing what it held, unless it holds a
     larger bank: then the whole bank goes to a new name beside it, with a notice (as JSON bank files do).
     A new database is written whole under a temporary name and then linked into place: it is complete or absent,
-    whatever stops the save (a crash, kill -9, a row that cannot be stored)."""
+    whatever stops the save (a crash, kill -9, a row that cannot be stored). ``also``: more statements for the
+    same transaction (a task store's own rows beside the bank's)."""
     path = Path(path)
     with bank_lock(path):
         if since is not None and (since.path != path or saved_id(path) != since.save_id):
@@ -217,22 +222,24 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
         if since is None:
             path = export_target(path, len(bank.graph), len(bank.tree), notify, size=bank_db_size)
         if holds_no_bank(path):
-            point, lines = _write_new(path, bank)
+            point, lines = _write_new(path, bank, also)
         else:
-            point, lines = _write_into(path, bank, since, changed)
+            point, lines = _write_into(path, bank, since, changed, also)
     if bank.line_vectors is not None:
         bank.line_vectors.saved(lines, bank.lines_complete)
     return point
 
 
-def _write_into(path: Path, bank: BankParts, since: SavePoint | None,
-                changed: Collection[str]) -> tuple[SavePoint, list[bytes]]:
+def _write_into(path: Path, bank: BankParts, since: SavePoint | None, changed: Collection[str],
+                also: Also | None = None) -> tuple[SavePoint, list[bytes]]:
     """One save into the database file at ``path``, one transaction (rolled back whole on any error)."""
     try:
         with closing(_connect(path)) as connection:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 point, lines = _write(connection, path, bank, since, changed)
+                if also is not None:
+                    also(connection)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")
@@ -244,7 +251,7 @@ def _write_into(path: Path, bank: BankParts, since: SavePoint | None,
     return point, lines
 
 
-def _write_new(path: Path, bank: BankParts) -> tuple[SavePoint, list[bytes]]:
+def _write_new(path: Path, bank: BankParts, also: Also | None = None) -> tuple[SavePoint, list[bytes]]:
     """A new bank database at ``path``: written whole beside it under a temporary name, flushed, then linked
     into place (a link, not a rename, so that a file made there meanwhile is never replaced: then the bank is
     saved into that one). A leftover with no bank in it (an empty file, or a database without tables that a save
@@ -253,7 +260,7 @@ def _write_new(path: Path, bank: BankParts) -> tuple[SavePoint, list[bytes]]:
     temp = new_temp_beside(path, mode=PRIVATE_MODE)
     try:
         try:
-            point, lines = _write_into(temp, bank, None, ())
+            point, lines = _write_into(temp, bank, None, (), also)
         except BankFileError as exc:  # said of the bank, not of its temporary name
             raise BankFileError(str(exc).replace(str(temp), str(path))) from None
         if path.exists():  # a leftover with no bank (holds_no_bank): this one takes its place, its journal goes
@@ -261,7 +268,7 @@ def _write_new(path: Path, bank: BankParts) -> tuple[SavePoint, list[bytes]]:
                 path.with_name(path.name + journal).unlink(missing_ok=True)
             replace_with(temp, path)
         elif not link_new(temp, path):
-            return _write_into(path, bank, None, ())
+            return _write_into(path, bank, None, (), also)
     finally:
         temp.unlink(missing_ok=True)
     return SavePoint(path, point.save_id, point.entries, point.merge_events), lines

@@ -27,9 +27,7 @@ VERSION = 1
 def write_checkpoint(directory: str | Path, state: RunState, usage: dict[str, dict[str, int]],
                      store: MemoryStore, tools: dict[str, Any] | None = None) -> Path:
     """``tools``: the tool journal's line count and the tool cache's state (see :mod:`amb_dspy.task.journal`)."""
-    run = asdict(state)
-    run["retried"] = sorted(state.retried)
-    payload = {"format": FORMAT_NAME, "version": VERSION, "run": run, "usage": usage, "bank": store.payload(),
+    payload = {"format": FORMAT_NAME, "version": VERSION, "run": run_record(state), "usage": usage, "bank": store.payload(),
                "tools": tools or {}}
     return write_json_atomically(Path(directory) / CHECKPOINT_FILE, payload)
 
@@ -48,7 +46,7 @@ def read_checkpoint(directory: str | Path, embedder: Embedder, notices: list[str
         raise BankFileError(f"{path}: not an amb-dspy checkpoint of version {VERSION}")
     store = MemoryStore.from_payload(raw.get("bank"), embedder, path, notices)
     try:
-        state = _state(raw["run"])
+        state = run_state(raw["run"])
         usage = {str(agent): {k: int(v) for k, v in counts.items()} for agent, counts in raw["usage"].items()}
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BankFileError(f"{path}: invalid checkpoint run state ({type(exc).__name__}: {exc})") from None
@@ -64,7 +62,15 @@ def read_tool_record(directory: str | Path) -> dict[str, Any]:
     return tools if isinstance(tools, dict) else {}
 
 
-def _state(run: dict[str, Any]) -> RunState:
+def run_record(state: RunState) -> dict[str, Any]:
+    """The run state as JSON (:func:`run_state` reads it back): a checkpoint's, a server task's record."""
+    run = asdict(state)
+    run["retried"] = sorted(state.retried)
+    return run
+
+
+def run_state(run: dict[str, Any]) -> RunState:
+    """The run state :func:`run_record` wrote (KeyError, TypeError or ValueError when it is not one)."""
     def conflict(data: dict[str, Any] | None) -> Conflict | None:
         return None if data is None else Conflict([str(i) for i in data["node_ids"]], str(data["description"]),
                                                   int(data["round"]))

@@ -26,7 +26,7 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import dspy
 
@@ -50,7 +50,22 @@ from amb_dspy.task.tool_cache import ToolCache
 from amb_dspy.task.worker import TaskWorker, serial
 from amb_dspy.tools import DeepRetrievalTool
 
-__all__ = ["Observed", "TaskSession", "start_store"]
+__all__ = ["Observed", "TaskKeeper", "TaskSession", "start_store"]
+
+
+class TaskKeeper(Protocol):
+    """Where a session's changes are committed as they happen (the MCP server's task store,
+    :mod:`amb_dspy.serve.task_store`), so that its task outlives the process."""
+
+    def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
+        """Keep a result handed to :meth:`TaskSession.observe` before its call returns; a ticket for :meth:`changed`."""
+
+    def changed(self, session: TaskSession, observed: int | None = None) -> None:
+        """Commit the task as it is now (on its thread, after a change); ``observed``: the ticket of the result
+        now in memory, no longer to be kept apart."""
+
+    def closed(self, session: TaskSession) -> None:
+        """The task was ended: record it, and where its bank is."""
 
 
 class TaskSession(TaskMemory):
@@ -84,6 +99,7 @@ class TaskSession(TaskMemory):
         self.meter = UsageMeter(max_calls=config.loops.max_lm_calls)
         self.worker = TaskWorker(self.task_id)
         self._new_nodes: list = []  # observed since the last plan
+        self.keeper: TaskKeeper | None = None  # with one, every change is committed before its request returns
 
     @property
     def task_id(self) -> str:
@@ -152,6 +168,34 @@ class TaskSession(TaskMemory):
             session.emit("notice", notice)
         return session
 
+    def snapshot(self) -> dict[str, Any]:
+        """What the task holds besides its store, as JSON: its run state, usage, tool cache, the nodes observed
+        since the last plan, its namespace and what long-term memory recalled (:meth:`resume` reads it back)."""
+        return {"run": checkpoint.run_record(self.state), "usage": self.meter.usage(), "cache": self.tool_cache.state(),
+                "new_nodes": [node.id for node in self._new_nodes], "namespace": self.namespace,
+                "recalled": self.memory_adapter.recalled}
+
+    def resume(self, snapshot: dict[str, Any]) -> None:
+        """Go on from :meth:`snapshot` (a session just made on the same store); KeyError, TypeError or ValueError
+        when it is not one."""
+        self.state = checkpoint.run_state(snapshot["run"])
+        self.meter.restore({str(agent): {k: int(v) for k, v in counts.items()} for agent, counts in snapshot["usage"].items()})
+        self.tool_cache.restore(snapshot["cache"])
+        self._new_nodes = [self.store.graph.node(i) for i in snapshot["new_nodes"] if i in self.store.graph]
+        self.namespace = str(snapshot["namespace"])
+        self.memory_adapter.recalled = str(snapshot["recalled"])
+
+    def replay(self, pending: list[tuple[int, str, dict[str, Any], str]]) -> None:
+        """Results the keeper held that had not become memory yet (``(ticket, tool, arguments, text)``, in the
+        order they came), queued again on the task's thread before any later request."""
+        for ticket, tool, arguments, text in pending:
+            self.submit(functools.partial(self._observe_kept, tool, arguments, text, ticket)).add_done_callback(
+                self._report_failure)
+
+    def _changed(self, observed: int | None = None) -> None:
+        if self.keeper is not None:
+            self.keeper.changed(self, observed)
+
     # --- progress and tools ----------------------------------------------------------------------
     def emit(self, phase: str, message: str = "") -> None:
         """Report the task's progress at ``phase`` to the ``progress`` callback, if any."""
@@ -199,7 +243,8 @@ class TaskSession(TaskMemory):
         if not isinstance(arguments, dict):
             raise InputError(f"the arguments must be an object (name: value), not {type(arguments).__name__}")
         text = checked_text("the result", result, self.config.limits.max_context_bytes)
-        future = self.submit(functools.partial(self._observe, tool, dict(arguments), text))
+        ticket = None if self.keeper is None else self.keeper.observing(self, tool, dict(arguments), text)
+        future = self.submit(functools.partial(self._observe_kept, tool, dict(arguments), text, ticket))
         if wait:
             return future.result()
         future.add_done_callback(self._report_failure)
@@ -209,6 +254,13 @@ class TaskSession(TaskMemory):
         error = future.exception()
         if error is not None:
             self.state.errors.append(f"observing a result failed: {type(error).__name__}: {one_line(error)}")
+
+    def _observe_kept(self, tool: str, arguments: dict[str, Any], text: str, ticket: int | None) -> Observed:
+        """:meth:`_observe`, then the task committed (the result no longer kept apart: it is memory, or failed)."""
+        try:
+            return self._observe(tool, arguments, text)
+        finally:
+            self._changed(ticket)
 
     def _observe(self, tool: str, arguments: dict[str, Any], text: str) -> Observed:
         repeat = self.tool_cache.observed(tool, arguments, text)
@@ -254,8 +306,11 @@ class TaskSession(TaskMemory):
         plan) and sets the next one, a conflict's cross-validation first; returns the Insight Doc."""
         report = checked_text("the report", report, self.config.limits.max_context_bytes, empty_ok=True)
         new_nodes, self._new_nodes = self._new_nodes, []
-        with self.meter.counting():
-            self.plan_step(new_nodes, report=report, failure="")
+        try:
+            with self.meter.counting():
+                self.plan_step(new_nodes, report=report, failure="")
+        finally:
+            self._changed()
         return self.store.insight_doc
 
     @serial
@@ -263,6 +318,12 @@ class TaskSession(TaskMemory):
         """Record a finished subtask as the caller judged it (``description``: the pending one when empty).
         The goal itself, or nothing left to do, makes ``answer`` the task's answer; a cross-validation task
         merges its conflicting nodes with ``answer`` as the evidence (the integration agent)."""
+        try:
+            return self._complete(description, status, answer)
+        finally:
+            self._changed()
+
+    def _complete(self, description: str, status: str, answer: str) -> InsightDoc:
         if str(status).strip().lower() not in ("success", "failure"):
             raise InputError(f"the status must be success or failure, not {status!r}")
         limit = self.config.limits.max_context_bytes
@@ -297,6 +358,8 @@ class TaskSession(TaskMemory):
         if self.config.longterm.remember if remember is None else remember:
             cited = [self.citation(i) for i in self.state.citations if i in self.store.graph]
             notices.extend(self.remember(self.state.answer, cited) or [f"remembered in namespace {self.namespace!r}"])
+        if self.keeper is not None:
+            self.keeper.closed(self)
         self.worker.close()  # this request is the last one it runs
         return {"task_id": self.task_id, "answer": self.state.answer, "nodes": len(self.store.graph),
                 "entries": len(self.store.tree), "errors": list(self.state.errors),

@@ -1,0 +1,207 @@
+"""Where the MCP server keeps its tasks, so that a task outlives the process serving it (kill -9, SIGTERM, a restart).
+
+:class:`TaskStore` is the one interface the server's :class:`~amb_dspy.serve.registry.TaskRegistry` keeps tasks
+through; it is also the session's :class:`~amb_dspy.task.session.TaskKeeper`, told of every change as it happens:
+
+* ``create``: a new task's start record (goal, the bank it started from, namespace, owner, what it holds beside
+  its store) is committed before ``memory_start_task`` replies; its store's first full write runs next on the
+  task's own thread (a restart before it redoes the start from the bank file);
+* ``observing``: a result handed to ``memory_observe`` is committed before the call replies (it replies before
+  the conversion runs); ``changed``: after each change, on the task's thread, the store and the rest of the task
+  are committed together and the result's row is dropped: a result never lost, never observed twice;
+* ``open``: a task this process does not hold, reopened as it was last committed, its results not yet memory
+  converted again in order; ``close``/``closed``: an idle-closed or ended task, and where its bank is.
+
+:class:`SqliteTaskStore` keeps each task in one SQLite file, ``STORAGE_DIR/tasks/<task id>.sqlite``: the task's
+store as a bank database (:mod:`amb_dspy.storage.bank_db`, which ``amb show`` reads; a save writes only what
+changed since the last one, so an observe on a large bank does not rewrite it) and two tables of its own in the
+same transactions::
+
+    task_record(id, goal, bank, namespace, owner, status, closed_line, snapshot)   one row; snapshot: JSON of
+                                                        TaskSession.snapshot (run state, usage, tool cache...)
+    task_pending(seq, tool, arguments, text)            results accepted, not yet memory
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any, Protocol
+
+from amb_dspy.errors import InputError, one_line
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.storage import InsightDoc
+from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.task.session import TaskSession, start_store
+
+TASKS_FOLDER = "tasks"
+_TASK_ID = re.compile(r"[0-9A-Za-z_-]{1,64}")
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS task_record (id TEXT PRIMARY KEY, goal TEXT NOT NULL, bank TEXT, namespace TEXT, "
+    "owner TEXT, status TEXT NOT NULL, closed_line TEXT, snapshot TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS task_pending (seq INTEGER PRIMARY KEY AUTOINCREMENT, tool TEXT NOT NULL, "
+    "arguments TEXT NOT NULL, text TEXT NOT NULL)",
+)
+_WAIT_S = 60.0  # how long a write waits for the task's other writer (the first full save of a large bank)
+
+
+class TaskStore(Protocol):
+    """Where the server's tasks are kept (see the module docstring); SQLite now, a database server later."""
+
+    def create(self, session: TaskSession, *, bank: Path | None, owner: str | None) -> None: ...
+
+    def open(self, task_id: str, owner: str | None) -> TaskSession | None:
+        """The task, reopened; None when there is none of this owner; InputError (one line) when it is closed
+        (saying where its bank is) or cannot be restored."""
+
+    def close(self, task_id: str, line: str) -> None:
+        """Mark the task closed by the server (idle), ``line`` saying why and where its bank went."""
+
+    def closed_where(self, task_id: str, owner: str | None) -> str | None:
+        """The line saying a closed task of this owner was closed and where its bank is; None otherwise."""
+
+    def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int: ...
+
+    def changed(self, session: TaskSession, observed: int | None = None) -> None: ...
+
+    def closed(self, session: TaskSession) -> None: ...
+
+
+class SqliteTaskStore:
+    """Each task in its own SQLite file under ``folder`` (see the module docstring). ``open_session(store,
+    namespace=)`` makes a session on a store (``MemoryBank.open_session``); ``embedder`` reads stores back."""
+
+    def __init__(self, folder: Path, open_session: Callable[..., TaskSession], embedder: Any):
+        self.folder = Path(folder)
+        self._open_session, self.embedder = open_session, embedder
+
+    def path(self, task_id: str) -> Path | None:
+        """The task's file, or None for an id that can name none (no path from a client's text)."""
+        return self.folder / f"{task_id}.sqlite" if _TASK_ID.fullmatch(task_id or "") else None
+
+    # --- writing ------------------------------------------------------------------------------
+    def create(self, session: TaskSession, *, bank: Path | None, owner: str | None) -> None:
+        """Commit the start record, then queue the store's first full write on the task's thread."""
+        path = self.path(session.task_id)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        record = (session.task_id, session.store.insight_doc.task_goal, None if bank is None else str(bank),
+                  session.namespace, owner, "open", None, json.dumps(session.snapshot(), ensure_ascii=False))
+        with self._connection(path, schema=True) as connection:
+            connection.execute("BEGIN IMMEDIATE")
+            connection.execute("INSERT INTO task_record VALUES (?, ?, ?, ?, ?, ?, ?, ?)", record)
+            connection.execute("COMMIT")
+        session.keeper = self
+        session.submit(lambda: self.changed(session))
+
+    def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
+        with self._connection(self.path(session.task_id)) as connection:
+            cursor = connection.execute("INSERT INTO task_pending (tool, arguments, text) VALUES (?, ?, ?)",
+                                        (tool, json.dumps(arguments, ensure_ascii=False, default=str), text))
+            return int(cursor.lastrowid)
+
+    def changed(self, session: TaskSession, observed: int | None = None) -> None:
+        """The store (what changed since its last save) and the rest of the task, in one transaction."""
+        snapshot = json.dumps(session.snapshot(), ensure_ascii=False)
+
+        def rows(connection: sqlite3.Connection) -> None:
+            connection.execute("UPDATE task_record SET snapshot = ? WHERE id = ?", (snapshot, session.task_id))
+            if observed is not None:
+                connection.execute("DELETE FROM task_pending WHERE seq <= ?", (observed,))
+
+        session.store.export(self.path(session.task_id), also=rows)
+
+    def closed(self, session: TaskSession) -> None:
+        path = self.path(session.task_id)
+        self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is in {path}")
+
+    def close(self, task_id: str, line: str) -> None:
+        self._set_closed(task_id, line)
+
+    def _set_closed(self, task_id: str, line: str) -> None:
+        with self._connection(self.path(task_id)) as connection:
+            connection.execute("UPDATE task_record SET status = 'closed', closed_line = ? "
+                               "WHERE id = ? AND status = 'open'", (line, task_id))
+
+    # --- reading ------------------------------------------------------------------------------
+    def closed_where(self, task_id: str, owner: str | None) -> str | None:
+        record = self._record(task_id)
+        if record is None or record["owner"] != owner or record["status"] == "open":
+            return None
+        return record["closed_line"]
+
+    def open(self, task_id: str, owner: str | None) -> TaskSession | None:
+        record = self._record(task_id)
+        if record is None or record["owner"] != owner:
+            return None
+        if record["status"] != "open":
+            raise InputError(record["closed_line"] or f"task {task_id} was closed")
+        try:
+            return self._reopen(task_id, record)
+        except (BankFileError, InputError, KeyError, TypeError, ValueError, sqlite3.Error) as exc:
+            raise InputError(f"task {task_id} cannot be restored: {one_line(exc)}") from None
+
+    def _reopen(self, task_id: str, record: dict[str, Any]) -> TaskSession:
+        """The task's session as last committed, its pending results queued again; a start whose store was never
+        written is done again from its bank file."""
+        path, notices = self.path(task_id), []
+        if _saved(path):
+            store = MemoryStore.load(path, self.embedder, notices)
+            if store.insight_doc is None or store.insight_doc.doc_id != task_id:
+                raise ValueError(f"the bank in {path} is another task's, not this one's")
+        else:
+            bank = record["bank"]
+            if bank is not None and not Path(bank).is_file():
+                raise ValueError(f"it started from {bank}, which is no longer there")
+            store, notices = start_store(self.embedder, bank, InsightDoc(task_goal=record["goal"], doc_id=task_id))
+        session = self._open_session(store, namespace=record["namespace"])
+        session.resume(json.loads(record["snapshot"]))
+        session.state.notices.extend(notices)
+        session.keeper = self
+        if store.save_point is None:
+            session.submit(lambda: self.changed(session))
+        session.replay(self._pending(path))
+        return session
+
+    def _record(self, task_id: str) -> dict[str, Any] | None:
+        """The task's record row; None when there is no such task; InputError when its file is damaged."""
+        path = self.path(task_id)
+        if path is None or not path.is_file():
+            return None
+        try:
+            with closing(sqlite3.connect(path, timeout=_WAIT_S)) as connection:
+                connection.row_factory = sqlite3.Row
+                row = connection.execute("SELECT * FROM task_record WHERE id = ?", (task_id,)).fetchone()
+        except sqlite3.Error as exc:
+            raise InputError(f"task {task_id} cannot be restored: {path} is no task database "
+                             f"({one_line(exc)})") from None
+        if row is None:
+            raise InputError(f"task {task_id} cannot be restored: {path} holds no record of it")
+        return dict(row)
+
+    def _pending(self, path: Path) -> list[tuple[int, str, dict[str, Any], str]]:
+        with closing(sqlite3.connect(path, timeout=_WAIT_S)) as connection:
+            rows = connection.execute("SELECT seq, tool, arguments, text FROM task_pending ORDER BY seq").fetchall()
+        return [(int(seq), str(tool), json.loads(arguments), str(text)) for seq, tool, arguments, text in rows]
+
+    @staticmethod
+    def _connection(path: Path, schema: bool = False) -> closing[sqlite3.Connection]:
+        """A connection to a task's file (``schema``: its tables made); autocommit unless a BEGIN says otherwise."""
+        connection = sqlite3.connect(path, timeout=_WAIT_S, isolation_level=None)
+        connection.execute("PRAGMA journal_mode=WAL")
+        connection.execute("PRAGMA synchronous=FULL")
+        for statement in _SCHEMA if schema else ():
+            connection.execute(statement)
+        return closing(connection)
+
+
+def _saved(path: Path) -> bool:
+    """Whether the task's file holds its store (a bank database saved in full at least once)."""
+    with closing(sqlite3.connect(path, timeout=_WAIT_S)) as connection:
+        try:
+            return connection.execute("SELECT 1 FROM meta WHERE key = 'save_id'").fetchone() is not None
+        except sqlite3.OperationalError:  # no meta table yet
+            return False
