@@ -86,7 +86,7 @@ def test_a_task_starts_from_a_database_as_from_a_json_bank(grown, tmp_path, embe
         return started[-1]
 
     host = ToolHost(bank.config, embedder, start_session)
-    task_id = memory_start_task(host, "What does Caroline study?", bank="bank.sqlite")["task_id"]
+    task_id = memory_start_task(host, "What does Caroline study?", bank="bank.sqlite").task_id
     session, = started
     assert session.task_id == task_id
     assert session.store.graph.nodes_dict == grown.graph.nodes_dict and session.store.tree == grown.tree
