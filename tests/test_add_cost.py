@@ -39,7 +39,7 @@ def saved_bank(conversation, embedder, tmp_path_factory) -> Path:
 
 
 def test_adding_to_an_opened_bank_runs_the_model_on_the_new_document_only(saved_bank, conversation, embedder, tmp_path):
-    fresh = SpiedEmbedder(cache_dir=embedder.cache_dir, batch_size=embedder.batch_size)
+    fresh = SpiedEmbedder(cache_dir=embedder.cache_dir, batch_size=embedder.batch_size, precision=embedder.precision)
     store = MemoryStore.load(saved_bank, fresh)
     old = {node.id: node.embedding_text for node in store.graph.nodes_dict.values()}
     assert fresh.encoded == []  # opening reads the stored vectors
@@ -51,7 +51,7 @@ def test_adding_to_an_opened_bank_runs_the_model_on_the_new_document_only(saved_
 
 
 def test_a_related_verdict_that_keeps_the_nodes_as_they_are_embeds_nothing_again(saved_bank, embedder):
-    fresh = SpiedEmbedder(cache_dir=embedder.cache_dir, batch_size=embedder.batch_size)
+    fresh = SpiedEmbedder(cache_dir=embedder.cache_dir, batch_size=embedder.batch_size, precision=embedder.precision)
     store = MemoryStore.load(saved_bank, fresh)
     a, *others = store.graph.nodes_dict.values()
     b = next(node for node in others if node.id not in a.links)  # two nodes not linked yet

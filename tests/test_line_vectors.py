@@ -65,7 +65,7 @@ def test_a_reopened_database_answers_memory_context_without_embedding_a_line(gro
     path = grown.export(tmp_path / "s" / "bank.sqlite")
     counted = Counted(embedder)
     session = new_bank(tmp_path, counted).start_session(QUESTION, bank=path)
-    context = memory_context(session)
+    context = memory_context(session).text
     assert f"<memory>\n{before}\n</memory>" in context  # the same evidence as before the save
     assert set(counted.texts) <= {QUESTION}, set(counted.texts) - {QUESTION}  # the question, no line
     assert block(MemoryStore.load(path, counted)) == before
