@@ -5,12 +5,24 @@ Real embedding model, real FAISS, real bank files."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
-from amb_dspy.memory.view import EvidenceView, Ranking, RankWeights, SummaryView, export_bank, heading_of, label_of
+from amb_dspy.memory.view import (
+    VIEWS,
+    EvidenceView,
+    Ranking,
+    RankWeights,
+    SummaryView,
+    ViewName,
+    export_bank,
+    heading_of,
+    label_of,
+)
 from amb_dspy.retrieval.keyword import stem, terms, tokenize
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
@@ -119,7 +131,8 @@ def test_a_task_started_on_a_bank_lays_out_its_lines_before_its_first_request(em
 def test_a_task_views_its_memory_as_its_settings_say(embedder, tmp_path):
     """The view a task's adapter writes ``<memory>`` with, and its ranking's weights, are the configuration's."""
     weights = RankWeights(node_weight=0.4, summary_lines=1)
-    for name, kind in (("summary", SummaryView), ("evidence", EvidenceView)):
+    assert VIEWS == {"summary": SummaryView, "evidence": EvidenceView} and set(VIEWS) == set(get_args(ViewName))
+    for name, kind in VIEWS.items():
         config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", recall=False,
                            memory_view=name, rank_weights=weights)
         view = MemoryBank(config, embedder=embedder).start_session(QUESTIONS[0]).memory_adapter.view

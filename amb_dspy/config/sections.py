@@ -20,6 +20,8 @@ from amb_dspy.config.environment import user_cache_dir
 AgentName = Literal["classification", "structure", "analysis", "integration", "planning", "answer"]
 AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning", "answer")
 
+ViewName = Literal["summary", "evidence"]  # what <memory> shows (amb_dspy.memory.view.VIEWS)
+
 DEFAULT_LM = "deepseek/deepseek-chat"
 DEFAULT_WINDOW = 8000  # an agent's prompt tokens when neither the configuration nor the LM says more
 
@@ -103,7 +105,7 @@ class RankWeights(BaseModel):
 class ViewSettings(Section):
     """What the ``<memory>`` block shows, and in how many tokens (amb_dspy.memory.view)."""
 
-    memory_view: Literal["summary", "evidence"] = Field(
+    memory_view: ViewName = Field(
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory.view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")

@@ -5,17 +5,15 @@
 from __future__ import annotations
 
 import functools
-from typing import Literal, Protocol
+from typing import Protocol
 
-from amb_dspy.config.sections import RankWeights
+from amb_dspy.config.sections import RankWeights, ViewName
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view.lines import Evidence
 from amb_dspy.memory.view.query import Block, Query
 from amb_dspy.memory.view.ranking import Ranking
 from amb_dspy.memory.view.showing import LineShow, format_node
 from amb_dspy.storage import QueryGraphNode
-
-ViewName = Literal["summary", "evidence"]
 
 
 class MemoryView(Protocol):
