@@ -28,9 +28,9 @@ def invalid_setting(error) -> str:
     """One line for a setting pydantic refused (a ``pydantic.ValidationError``): which setting, the value
     given and what it takes, without pydantic's multi-line text and its documentation URL."""
     first = error.errors()[0]
-    name = str(first["loc"][-1]) if first["loc"] else "settings"  # a section's field: its flat name
-    flag, variable = f"--{name.replace('_', '-')}", f"AMB_{name.upper()}"
-    return f"bad setting {name}={first.get('input')!r} ({flag} or {variable}): {first['msg']}"
+    where = [str(part) for part in first["loc"]] or ["settings"]  # a section's field (its flat name), then a value in it
+    flag, variable = f"--{where[0].replace('_', '-')}", f"AMB_{where[0].upper()}"
+    return f"bad setting {'.'.join(where)}={first.get('input')!r} ({flag} or {variable}): {first['msg']}"
 
 
 class AmbError(Exception):

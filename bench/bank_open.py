@@ -45,7 +45,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig, PathSettings  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft  # noqa: E402
-from amb_dspy.memory.view import MemoryView, export_bank  # noqa: E402
+from amb_dspy.memory.view import EvidenceView, Ranking, export_bank  # noqa: E402
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder  # noqa: E402
 from amb_dspy.storage.insight_doc import InsightDoc  # noqa: E402
 from amb_dspy.storage.interaction_tree import InteractionEntry  # noqa: E402
@@ -119,12 +119,12 @@ def fresh_embedder(kind: str):
 def first_questions(store: MemoryStore, asked: list[str]) -> dict:
     """Seconds to the first evidence block on a store just opened, the texts it ran through the model (the
     question and the lines the bank holds no vector for), and the next questions' p50."""
-    view = MemoryView(store, view="evidence")
+    view = EvidenceView(Ranking(store))
     _, first, first_cpu = timed(view.block, asked[0], 1000)
     embedded = store.embedder.encoded_texts
     later = sorted(timed(view.block, question, 1000)[1] for question in asked[1:])
     return {"first_answer_s": first, "first_answer_cpu_s": first_cpu, "texts_embedded_by_first": embedded,
-            "lines": len(view.line_index.lines), "next_p50_ms": round(1000 * later[len(later) // 2], 1),
+            "lines": len(view.ranking.line_index.lines), "next_p50_ms": round(1000 * later[len(later) // 2], 1),
             "next_p95_ms": round(1000 * later[max(0, math.ceil(0.95 * len(later)) - 1)], 1)}
 
 

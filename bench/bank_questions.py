@@ -52,7 +52,7 @@ def main() -> None:
     view, times = session.memory_adapter.view, []
     for question in questions[1:]:
         started = time.perf_counter()
-        view.evidence_block(question, 1000)
+        view.block(question, 1000)
         times.append(time.perf_counter() - started)
     times.sort()
     row.update(nodes=len(session.store.graph), p50_ms=round(1000 * statistics.median(times), 1),

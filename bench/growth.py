@@ -40,7 +40,7 @@ from amb_dspy.agents.chunking import estimate_tokens  # noqa: E402
 from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
-from amb_dspy.memory.view import MemoryView  # noqa: E402
+from amb_dspy.memory.view import EvidenceView, Ranking  # noqa: E402
 from amb_dspy.memory.view.line_index import export_bank  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.hybrid import HybridIndex  # noqa: E402
@@ -117,7 +117,7 @@ class GrowingBank:
         self.store = None if goal is None else MemoryStore(embedder, InsightDoc(task_goal=goal))
         self.flat, self.units = HybridIndex(embedder.dim), []  # unit key -> (document name, span, text)
         self.placed: dict[str, tuple[str, int]] = {}  # entry id -> its document's name, where it starts in it
-        self.view: MemoryView | None = None
+        self.view: EvidenceView | None = None
         self.tokens = 0
 
     def add(self, document: Document) -> float:
@@ -136,12 +136,12 @@ class GrowingBank:
         self.flat.add_many([str(i) for i in range(first, len(self.units))], texts, self.embedder.embed(texts))
         self.tokens += estimate_tokens(document.text)
         if self.view is None:
-            self.view = MemoryView(self.store, view="evidence", k=self.bank.config.retrieval_k,
-                                   alpha=self.bank.config.retrieval_alpha)
+            self.view = EvidenceView(Ranking(self.store, k=self.bank.config.retrieval.retrieval_k,
+                                             alpha=self.bank.config.retrieval.retrieval_alpha))
         return seconds
 
     def view_recall(self, question: Question) -> float:
-        _text, lines = self.view.evidence_block(question.text, BUDGET)
+        lines = self.view.block(question.text, BUDGET).lines
         return _recall(question, [(self.placed[line.entry_id][0], (line.start + self.placed[line.entry_id][1],
                                                                    line.end + self.placed[line.entry_id][1]))
                                   for line in lines if line.entry_id in self.placed])
@@ -178,7 +178,7 @@ def _rss_mb() -> tuple[float, float]:
 def measure_size(growing: GrowingBank, questions: list[Question], work: Path) -> dict:
     """The figures at the bank's current size (see the module docstring)."""
     started = time.perf_counter()
-    growing.view.evidence_block(questions[0].text, BUDGET)  # lays out the lines the last step added
+    growing.view.block(questions[0].text, BUDGET)  # lays out the lines the last step added
     first = time.perf_counter() - started
     times, view, flat = [], [], []
     for question in questions:

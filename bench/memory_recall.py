@@ -54,20 +54,8 @@ import numpy as np
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
-from amb_dspy.config import AmbConfig
-from amb_dspy.memory.view import (
-    ASK_WEIGHT,
-    BRIDGE_WEIGHT,
-    CONTEXT_WEIGHT,
-    FLAT_SHARE,
-    LINE_TOKENS,
-    NODE_WEIGHT,
-    OTHER_WEIGHT,
-    SPREAD_SEEDS,
-    SPREAD_WEIGHT,
-    SUMMARY_LINES,
-    MemoryView,
-)
+from amb_dspy.config import AmbConfig, RankWeights
+from amb_dspy.memory.view import LINE_TOKENS, EvidenceView, Ranking, SummaryView
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 from optimize.hotpotqa import load_hotpotqa
@@ -171,7 +159,7 @@ def _line_spans(lines, offsets: dict[str, int]) -> list[Span]:
             for line in lines if line.entry_id in offsets]
 
 
-def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: dict) -> dict:
+def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: RankWeights, line_tokens: int) -> dict:
     rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
     kinds: dict[tuple[str, str], dict[str, list[float]]] = {}  # (kind, view) -> recalls at 1,000 tokens
     ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": [],
@@ -191,23 +179,25 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: d
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)
             for node in store.graph.nodes_dict.values())
-        view = MemoryView(store, k=config.retrieval_k, alpha=config.retrieval_alpha, **weights)
+        ranking = Ranking(store, weights=weights, k=config.retrieval.retrieval_k, alpha=config.retrieval.retrieval_alpha,
+                          line_tokens=line_tokens)
+        summary, evidence = SummaryView(ranking), EvidenceView(ranking)
         flat = HybridIndex(embedder.dim)
         flat.add_many([str(i) for i in range(len(context.units))], [context.text[a:b] for a, b in context.units],
                       embedder.embed([context.text[a:b] for a, b in context.units]))
         context_tokens.append(estimate_tokens(context.text))
         for question in context.questions:
             ceiling.append(answer_shown(question.answer, context.text))
-            vector = embedder.embed([question.text])[0]
+            query = ranking.query(question.text)
             for budget in BUDGETS:
-                text, nodes, lines = view.summary_block(question.text, budget)
-                spans = [(a + offsets[source.entry_id], b + offsets[source.entry_id]) for node in nodes
+                block = summary.block(query, budget)
+                spans = [(a + offsets[source.entry_id], b + offsets[source.entry_id]) for node in block.nodes
                          for source in node.sources if source.entry_id in offsets for a, b in source.spans]
-                spans += _line_spans(lines, offsets)
-                blocks = {"summary": (text, spans)}
-                text, lines = view.evidence_block(question.text, budget)
-                blocks["evidence"] = (text, _line_spans(lines, offsets))
-                blocks["flat"] = flat_block(flat, context.units, context.text, question.text, vector, budget,
+                spans += _line_spans(block.lines, offsets)
+                blocks = {"summary": (block.text, spans)}
+                block = evidence.block(query, budget)
+                blocks["evidence"] = (block.text, _line_spans(block.lines, offsets))
+                blocks["flat"] = flat_block(flat, context.units, context.text, question.text, query.vector, budget,
                                             config.retrieval_alpha)
                 for name, (text, shown) in blocks.items():
                     row = rows[(name, budget)]
@@ -227,25 +217,11 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=None, help="questions (LoCoMo) or items (HotpotQA)")
     parser.add_argument("--policy", choices=("heuristic", "lm", "auto"), default="heuristic")
     parser.add_argument("--lm", default=None, help="the memory agents' LM (a DSPy model string, local, gguf:PATH)")
-    parser.add_argument("--node-weight", type=float, default=NODE_WEIGHT, help="evidence view: weight of a line's node score")
-    parser.add_argument("--context-weight", type=float, default=CONTEXT_WEIGHT,
-                        help="evidence view: weight of the best score of the lines beside a line")
     parser.add_argument("--line-tokens", type=int, default=LINE_TOKENS,
                         help="evidence view: lines longer than this are shown sentence by sentence")
-    parser.add_argument("--spread-weight", type=float, default=SPREAD_WEIGHT,
-                        help="evidence view: weight of a line's share of the graph spreading")
-    parser.add_argument("--spread-seeds", type=int, default=SPREAD_SEEDS,
-                        help="evidence view: the best lines whose terms seed the spreading")
-    parser.add_argument("--flat-share", type=float, default=FLAT_SHARE,
-                        help="evidence view: share of the ranking given to the lines' own scores, interleaved")
-    parser.add_argument("--ask-weight", type=float, default=ASK_WEIGHT,
-                        help="evidence view: weight of a question line's own score")
-    parser.add_argument("--other-weight", type=float, default=OTHER_WEIGHT,
-                        help="evidence view: weight of the lines of speakers other than the one a question names")
-    parser.add_argument("--bridge-weight", type=float, default=BRIDGE_WEIGHT,
-                        help="evidence view: weight of a top line's score for the lines under a heading it names")
-    parser.add_argument("--summary-lines", type=int, default=SUMMARY_LINES,
-                        help="summary view: lines shown for a node whose summary does not fit")
+    for name, setting in RankWeights.model_fields.items():  # --node-weight, --spread-seeds...: each weight's own help
+        parser.add_argument(f"--{name.replace('_', '-')}", type=setting.annotation, default=setting.default,
+                            help=setting.description)
     parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
     parser.add_argument("--topic-tokens", default=None, help="MIN:MAX tokens of a topic node (AMB_TOPIC_*_TOKENS)")
     args = parser.parse_args()
@@ -269,11 +245,8 @@ def main() -> None:
         config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
                            lm_threads=1, **({"lm": args.lm} if args.lm else {}), **topic)
         started = time.monotonic()
-        weights = {"node_weight": args.node_weight, "context_weight": args.context_weight, "line_tokens": args.line_tokens,
-                   "spread_weight": args.spread_weight, "summary_lines": args.summary_lines,
-                   "spread_seeds": args.spread_seeds, "flat_share": args.flat_share, "ask_weight": args.ask_weight,
-                   "other_weight": args.other_weight, "bridge_weight": args.bridge_weight}
-        measured = measure(contexts, config, lm, embedder, weights)
+        weights = RankWeights(**{name: getattr(args, name) for name in RankWeights.model_fields})
+        measured = measure(contexts, config, lm, embedder, weights, args.line_tokens)
         seconds = time.monotonic() - started
 
     rows, ingest = measured["rows"], measured["ingest"]

@@ -10,7 +10,7 @@ import pytest
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
-from amb_dspy.memory.view import MemoryView
+from amb_dspy.memory.view import EvidenceView, Ranking
 
 
 def session_text(conversation, number: int) -> str:
@@ -33,17 +33,17 @@ def grown(conversation, embedder, tmp_path_factory):
 
 
 def test_the_view_over_candidate_lines_is_the_view_over_every_line(grown, conversation):
-    candidates = MemoryView(grown, view="evidence")
-    every = MemoryView(grown, view="evidence", candidates=10**9)  # the index's top is every line: nothing pruned
-    lines = len(candidates.line_index.refresh())
-    assert lines > 3 * candidates.candidates  # the index gives a third of the bank at most
+    candidates = EvidenceView(Ranking(grown))
+    every = EvidenceView(Ranking(grown, candidates=10**9))  # the index's top is every line: nothing pruned
+    lines = len(candidates.ranking.line_index.refresh())
+    assert lines > 3 * candidates.ranking.candidates  # the index gives a third of the bank at most
     questions = [q.question for q in conversation.questions[:40]]
     pruned = 0
     for question in questions:
-        ranked = candidates.ranked_evidence(question)
+        ranked = candidates.ranking.ranked_evidence(question)
         pruned += len(ranked) < lines
         for budget in (500, 1000):
-            assert candidates.evidence_block(question, budget) == every.evidence_block(question, budget), question
+            assert candidates.block(question, budget) == every.block(question, budget), question
     assert pruned == len(questions)
 
 
@@ -71,17 +71,18 @@ def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedd
 def test_a_new_document_is_laid_out_and_indexed_alone(conversation, embedder, tmp_path):
     bank = heuristic_bank(tmp_path, embedder)
     bank.ingest(session_text(conversation, 1), "session 1")
-    view = MemoryView(bank.session.store, view="evidence")
+    view = EvidenceView(Ranking(bank.session.store))
     question = "What did Gina do after losing her job?"
-    view.evidence_block(question, 500)
-    index, laid_out = view.line_index.index, list(view.line_index.lines)
+    view.block(question, 500)
+    lines = view.ranking.line_index
+    index, laid_out = lines.index, list(lines.lines)
     bank.ingest(session_text(conversation, 2), "session 2", into=bank.session.store)
-    grown = view.evidence_block(question, 500)
-    assert view.line_index.index is index and len(index) == len(view.line_index.lines) > len(laid_out)
-    assert view.line_index.lines[:len(laid_out)] == laid_out  # the old lines kept, not laid out again
-    fresh = MemoryView(bank.session.store, view="evidence")
-    assert set(fresh.line_index.refresh()) == set(view.line_index.lines)
-    assert fresh.evidence_block(question, 500) == grown
+    grown = view.block(question, 500)
+    assert lines.index is index and len(index) == len(lines.lines) > len(laid_out)
+    assert lines.lines[:len(laid_out)] == laid_out  # the old lines kept, not laid out again
+    fresh = EvidenceView(Ranking(bank.session.store))
+    assert set(fresh.ranking.line_index.refresh()) == set(lines.lines)
+    assert fresh.block(question, 500) == grown
 
 
 ZEPHYR = "Zephyr (bicycle)\nThe Zephyr racing bike is made by Corvex Cycles.\nIt weighs seven kilograms."
@@ -89,9 +90,9 @@ CORVEX = ("Corvex Cycles\nCorvex Cycles is a workshop in Gothenburg.\nIts first 
           "Tour de France\nThe Tour de France is a bike race.\nRacing teams start in July, and the Zephyr rides it.")
 
 
-def described(view: MemoryView) -> dict:
+def described(view: EvidenceView) -> dict:
     """Per line (by its place in the text), what the view's line table and spreading say of it, by name not number."""
-    index = view.line_index
+    index = view.ranking.line_index
     index.refresh()
     spreading, table, number = index.tables()
     keys = [(line.entry_id, line.start, line.end) for line in index.lines]
@@ -112,11 +113,11 @@ def test_the_tables_kept_line_by_line_are_the_tables_of_all_lines(conversation, 
     line, a new speaker, new lines beside old ones) read as the ones a fresh view lays out from every line."""
     bank = heuristic_bank(tmp_path, embedder)
     bank.ingest(ZEPHYR, "zephyr")
-    view = MemoryView(bank.session.store, view="evidence")
-    view.evidence_block("Who makes the Zephyr?", 300)
+    view = EvidenceView(Ranking(bank.session.store))
+    view.block("Who makes the Zephyr?", 300)
     for text, name in ((session_text(conversation, 1), "session 1"), (CORVEX, "corvex")):
         bank.ingest(text, name, into=bank.session.store)
-        view.evidence_block("Who makes the Zephyr?", 300)
-    grown, fresh = described(view), described(MemoryView(bank.session.store, view="evidence"))
+        view.block("Who makes the Zephyr?", 300)
+    grown, fresh = described(view), described(EvidenceView(Ranking(bank.session.store)))
     assert grown == fresh
     assert {"Corvex Cycles"} in [facts[5] for facts in grown.values()]  # the old line names the new heading

@@ -86,6 +86,9 @@ def test_a_bad_setting_fails_before_any_work_in_one_line_with_exit_2(tmp_path, m
     ("AMB_POLICY", "bogus", "AMB_POLICY"),
     ("AMB_AGENT_LMS", '{"planning": "nosuchprovider/m"}', "unknown LM provider 'nosuchprovider'"),
     ("AMB_AGENT_LMS", "{not json", 'field "agent_lms"'),
+    ("AMB_RANK_WEIGHTS", '{"nod_weight": 1}', "bad setting rank_weights.nod_weight=1 (--rank-weights or AMB_RANK_WEIGHTS)"),
+    ("AMB_RANK_WEIGHTS", '{"flat_share": 2}', "bad setting rank_weights.flat_share=2"),
+    ("AMB_RANK_WEIGHTS", "{not json", 'field "rank_weights"'),
 ])
 def test_a_bad_setting_from_the_environment_is_named_too(monkeypatch, variable, value, expected):
     monkeypatch.setenv(variable, value)

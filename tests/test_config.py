@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from amb_dspy.config import AmbConfig, EmbeddingSettings, LoopSettings
+from amb_dspy.config import AmbConfig, EmbeddingSettings, LoopSettings, RankWeights
 
 # Every setting of the flat AmbConfig of the previous release: its name, a value as an environment variable
 # would hold it, the value it must read back as, and the section that now holds it. Written out by hand, so
@@ -28,6 +28,7 @@ SETTINGS = [
     ("retrieval_alpha", "0.25", 0.25, "retrieval"),
     ("memory_view", "summary", "summary", "view"),
     ("memory_tokens", "700", 700, "view"),
+    ("rank_weights", '{"node_weight": 0.4, "spread_seeds": 2}', RankWeights(node_weight=0.4, spread_seeds=2), "view"),
     ("embedding_batch_size", "5", 5, "embedding"),
     ("embedding_backend", "onnx", "onnx", "embedding"),
     ("embedding_precision", "float32", "float32", "embedding"),
@@ -156,6 +157,19 @@ def test_bad_values_and_unknown_names():
         _ = AmbConfig().no_such_setting
     assert AmbConfig(ingest_analysis="exact").ingest_analysis == "ordered"  # the previous release's name
     assert AmbConfig(answer_window=1234).window("answer") == 1234
+
+
+def test_the_rank_weights_default_to_the_tuned_values_and_refuse_an_unknown_or_negative_weight(monkeypatch):
+    weights = AmbConfig().view.rank_weights
+    assert (weights.node_weight, weights.hop_weight, weights.context_weight, weights.spread_weight, weights.spread_seeds,
+            weights.flat_share, weights.ask_weight, weights.bridge_weight, weights.other_weight,
+            weights.summary_lines) == (0.3, 0.5, 0.5, 0.3, 3, 0.3, 0.5, 1.0, 0.7, 3)
+    assert all(field.description for field in RankWeights.model_fields.values())  # each weight documented, once
+    with pytest.raises(ValueError, match="node_wieght"):
+        AmbConfig(rank_weights={"node_wieght": 0.4})
+    monkeypatch.setenv("AMB_RANK_WEIGHTS", '{"flat_share": -0.1}')
+    with pytest.raises(ValueError, match="flat_share"):
+        AmbConfig()
 
 
 # What touches the process environment: os.environ, os.getenv, os.putenv, os.unsetenv (and `from os import ...`).

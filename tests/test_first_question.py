@@ -5,12 +5,24 @@ Real embedding model, real FAISS, real bank files."""
 
 from __future__ import annotations
 
+from typing import get_args
+
 import numpy as np
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
-from amb_dspy.memory.view import MemoryView, export_bank, heading_of, label_of
+from amb_dspy.memory.view import (
+    VIEWS,
+    EvidenceView,
+    Ranking,
+    RankWeights,
+    SummaryView,
+    ViewName,
+    export_bank,
+    heading_of,
+    label_of,
+)
 from amb_dspy.retrieval.keyword import stem, terms, tokenize
 from amb_dspy.storage.hops import Hop
 from amb_dspy.storage.insight_doc import InsightDoc
@@ -51,15 +63,15 @@ def test_terms_are_the_stems_of_the_words_but_stop_words():
 
 
 def test_each_lines_index_entry_reads_the_terms_of_its_heading_label_and_text(embedder):
-    view = MemoryView(small_bank(embedder), view="evidence")
-    lines = view.line_index.refresh()
+    ranking = Ranking(small_bank(embedder))
+    lines = ranking.line_index.refresh()
     assert any(line.start > ARTICLES.rfind("\n", 0, line.start) + 1 for line in lines)  # a long line's later sentence
     for number, line in enumerate(lines):
         line_start = ARTICLES.rfind("\n", 0, line.start) + 1
-        heading = heading_of(ARTICLES, line_start, view.count)
+        heading = heading_of(ARTICLES, line_start, ranking.count)
         label = " ".join(filter(None, (heading, label_of(ARTICLES[line_start:line.start]) if line.start > line_start else "")))
-        assert view.line_index.index.tokens_of(str(number)) == terms(f"{label} {line.text}" if label else line.text)
-    assert "corvex" in view.line_index.index.tokens_of("1")  # the heading's words index the lines under it
+        assert ranking.line_index.index.tokens_of(str(number)) == terms(f"{label} {line.text}" if label else line.text)
+    assert "corvex" in ranking.line_index.index.tokens_of("1")  # the heading's words index the lines under it
 
 
 def test_a_task_opened_from_a_bank_database_is_the_banks_copy_and_leaves_the_file_as_it_was(embedder, tmp_path):
@@ -73,8 +85,8 @@ def test_a_task_opened_from_a_bank_database_is_the_banks_copy_and_leaves_the_fil
     assert task.hops == copied.hops == [] and task.save_point is None and not task.unsaved_nodes
     assert task.line_vectors.complete and copied.line_vectors.complete
     for question in QUESTIONS:
-        assert (MemoryView(task, view="evidence").evidence_block(question, 200)
-                == MemoryView(copied, view="evidence").evidence_block(question, 200))
+        assert (EvidenceView(Ranking(task)).block(question, 200)
+                == EvidenceView(Ranking(copied)).block(question, 200))
     task.add_node(NodeDraft(summary="The task's own finding", context="finding", keywords=["finding"]))
     export_bank(task, tmp_path / "task.sqlite")
     assert path.read_bytes() == saved
@@ -111,6 +123,17 @@ def test_a_task_started_on_a_bank_lays_out_its_lines_before_its_first_request(em
     session = amb.start_session(QUESTIONS[0], bank=path)
     session.submit(lambda: None).result()  # queued after what the start queued
     view = session.memory_adapter.view
-    reference = MemoryView(MemoryStore.load(path, embedder), view=view.view)
-    assert len(view.line_index.lines) == len(reference.line_index.refresh()) > 0
+    reference = type(view)(Ranking(MemoryStore.load(path, embedder)))
+    assert len(view.ranking.line_index.lines) == len(reference.ranking.line_index.refresh()) > 0
     assert all(view.block(question, 200) == reference.block(question, 200) for question in QUESTIONS)
+
+
+def test_a_task_views_its_memory_as_its_settings_say(embedder, tmp_path):
+    """The view a task's adapter writes ``<memory>`` with, and its ranking's weights, are the configuration's."""
+    weights = RankWeights(node_weight=0.4, summary_lines=1)
+    assert VIEWS == {"summary": SummaryView, "evidence": EvidenceView} and set(VIEWS) == set(get_args(ViewName))
+    for name, kind in VIEWS.items():
+        config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", recall=False,
+                           memory_view=name, rank_weights=weights)
+        view = MemoryBank(config, embedder=embedder).start_session(QUESTIONS[0]).memory_adapter.view
+        assert type(view) is kind and view.ranking.weights == weights

@@ -17,7 +17,7 @@ from amb_dspy.bank import MemoryBank
 from amb_dspy.cli import app
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView
+from amb_dspy.memory.view import EvidenceView, Ranking
 from amb_dspy.storage.bank_db import bank_db_size
 from amb_dspy.storage.bank_file import BankFileError
 from amb_dspy.storage.bank_names import bank_path
@@ -103,7 +103,7 @@ def test_a_changed_document_supersedes_its_old_version_which_memory_leaves_out(t
     ferry_nodes = {n.id for n in store.graph.nodes_dict.values() if versions[0].entry_id in {s.entry_id for s in n.sources}}
     assert ferry_nodes and ferry_nodes <= old and store.superseded() == ferry_nodes
     assert all(store.graph.node(n).superseded_by == versions[1].entry_id for n in ferry_nodes)
-    block = MemoryView(store, view="evidence").block("When does the ferry to Kestrel Bay leave?", 300)
+    block = EvidenceView(Ranking(store)).block("When does the ferry to Kestrel Bay leave?", 300).text
     assert "11 am" in block and "9 am" not in block
     assert not ferry_nodes & {n.id for n in store.retrieve_for_text("ferry to Kestrel Bay at 9 am", k=3)}
     assert store.current(sorted(ferry_nodes)) == sorted(ferry_nodes)  # only old versions match: they are shown
@@ -111,7 +111,7 @@ def test_a_changed_document_supersedes_its_old_version_which_memory_leaves_out(t
     note.write_text(FERRY.format(hour="9 am"))  # the note reverted: the old text is the newest version again
     reverted = bank.add_documents([note], into=store)
     assert reverted.replaced == [note.as_posix()] and ferry_nodes <= store.superseded()
-    block = MemoryView(store, view="evidence").block("When does the ferry to Kestrel Bay leave?", 300)
+    block = EvidenceView(Ranking(store)).block("When does the ferry to Kestrel Bay leave?", 300).text
     assert "9 am" in block and "11 am" not in block
     assert bank.add_documents([note], into=store).unchanged == [note.as_posix()]
 

@@ -7,7 +7,7 @@ import numpy as np
 from test_recall_view import store_of
 
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView, day_stamp, label_of, speaker_of
+from amb_dspy.memory.view import Ranking, RankWeights, day_stamp, label_of, speaker_of
 from amb_dspy.retrieval.line_ranking import LineTable, best_first, interleave
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
 
@@ -42,7 +42,7 @@ def test_a_long_turns_later_sentence_is_found_by_its_speaker(embedder):
     store, text = store_of(embedder, [[turn] for turn in turns + others])
     assert label_of(turns[1]) == "[3:05 pm on 9 May, 2023] Melanie:" and label_of("The Seine flows.") == ""
     assert day_stamp(turns[1]) == "9 May, 2023" and day_stamp("[9 May, 2023] x") == "9 May, 2023"
-    ranked = MemoryView(store, spread_weight=0.0, context_weight=0.0, node_weight=0.0).ranked_evidence(
+    ranked = Ranking(store, weights=RankWeights(spread_weight=0.0, context_weight=0.0, node_weight=0.0)).ranked_evidence(
         "Where did Melanie go with the kids?")
     lake = [line for line in ranked if line.text == "We went to the lake with the kids."]
     assert len(lake) == 2 and lake[0].start > text.index("Melanie")  # the same words, said by the one asked about
@@ -52,9 +52,9 @@ def test_a_flat_share_puts_the_best_own_scored_lines_first(embedder):
     from test_recall_view import BRIDGE_LINES, QUESTION
 
     store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
-    graph_ranked = MemoryView(store, spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.0)
-    plain = MemoryView(store, spread_weight=0.0, node_weight=0.0, context_weight=0.0, flat_share=0.0)
-    shared = MemoryView(store, spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.5)
+    graph_ranked = Ranking(store, weights=RankWeights(spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.0))
+    plain = Ranking(store, weights=RankWeights(spread_weight=0.0, node_weight=0.0, context_weight=0.0, flat_share=0.0))
+    shared = Ranking(store, weights=RankWeights(spread_weight=1.0, node_weight=0.0, context_weight=0.0, flat_share=0.5))
     first = [line.text for line in plain.ranked_evidence(QUESTION)]
     second = [line.text for line in graph_ranked.ranked_evidence(QUESTION)]
     assert first[:4] != second[:4]
@@ -83,8 +83,8 @@ def test_a_question_about_one_speaker_ranks_that_speakers_line_first(embedder):
     store, _ = store_of(embedder, [[turn] for turn in turns + others])
     question = "Where did Caroline go camping?"
     alone = {"spread_weight": 0.0, "context_weight": 0.0, "node_weight": 0.0, "flat_share": 0.0}
-    without = MemoryView(store, other_weight=1.0, **alone).ranked_evidence(question)
-    with_prior = MemoryView(store, **alone).ranked_evidence(question)
+    without = Ranking(store, weights=RankWeights(other_weight=1.0, **alone)).ranked_evidence(question)
+    with_prior = Ranking(store, weights=RankWeights(**alone)).ranked_evidence(question)
     # Melanie's line names Caroline and matches more words; what Caroline did is in Caroline's own line
     assert without[0].text == turns[0] and with_prior[0].text == turns[1]
     assert with_prior[1].score == round(0.7 * without[0].score, 6)
@@ -117,8 +117,8 @@ def test_the_view_reaches_the_article_a_matching_line_points_to(embedder):
                        spans={nodes[0].id: [(0, len(text))]})
     question = "Who started the company that makes the Zephyr racing bike?"
     alone = {"spread_weight": 0.0, "context_weight": 0.0, "node_weight": 0.0, "flat_share": 0.0}
-    without = [line.text for line in MemoryView(store, bridge_weight=0.0, **alone).ranked_evidence(question)]
-    bridged = [line.text for line in MemoryView(store, **alone).ranked_evidence(question)]
+    without = [line.text for line in Ranking(store, weights=RankWeights(bridge_weight=0.0, **alone)).ranked_evidence(question)]
+    bridged = [line.text for line in Ranking(store, weights=RankWeights(**alone)).ranked_evidence(question)]
     answer = "Its first owner was Ada Lindqvist."
     assert without.index(answer) > 2  # it shares no word with the question
     # the pointing line, and the article it points to, first

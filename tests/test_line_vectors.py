@@ -15,7 +15,7 @@ import pytest
 
 from amb_dspy.bank import MemoryBank
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView, embed_lines, export_bank
+from amb_dspy.memory.view import EvidenceView, Ranking, embed_lines, export_bank
 from amb_dspy.storage.bank_db import read_bank_db
 from amb_dspy.storage.line_vectors import LineVectors, line_key
 from amb_dspy.task.tools import memory_context
@@ -38,12 +38,11 @@ class Counted:
 
 def lines_of(store: MemoryStore) -> set[str]:
     """Every line the evidence view lays out for the store."""
-    view = MemoryView(store, view="evidence")
-    return {line.text for line in view.line_index.refresh()}
+    return {line.text for line in Ranking(store).line_index.refresh()}
 
 
 def block(store: MemoryStore, question: str = QUESTION) -> str:
-    return MemoryView(store, view="evidence").block(question, 1000)
+    return EvidenceView(Ranking(store)).block(question, 1000).text
 
 
 @pytest.fixture

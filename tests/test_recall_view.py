@@ -9,7 +9,7 @@ import pytest
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView, heading_of, is_heading
+from amb_dspy.memory.view import Block, EvidenceView, Ranking, RankWeights, SummaryView, heading_of, is_heading
 from amb_dspy.retrieval.keyword import once_per_term, tokenize
 from amb_dspy.retrieval.spreading import SpreadingGraph
 from amb_dspy.storage import InsightDoc, InteractionEntry, NodeContent
@@ -55,8 +55,8 @@ def test_the_view_ranks_the_bridge_line_higher_with_spreading(embedder):
     store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
     answer = BRIDGE_LINES[ANSWER]
     alone = {"flat_share": 0.0, "spread_seeds": 1}  # the spreading's own effect, seeded by the best line only
-    without = [line.text for line in MemoryView(store, spread_weight=0.0, **alone).ranked_evidence(QUESTION)]
-    spreading = [line.text for line in MemoryView(store, spread_weight=1.0, **alone).ranked_evidence(QUESTION)]
+    without = [line.text for line in Ranking(store, weights=RankWeights(spread_weight=0.0, **alone)).ranked_evidence(QUESTION)]
+    spreading = [line.text for line in Ranking(store, weights=RankWeights(spread_weight=1.0, **alone)).ranked_evidence(QUESTION)]
     assert without.index(answer) > 1
     assert spreading.index(answer) < without.index(answer)
     assert spreading.index(answer) <= 1 and spreading[0] == BRIDGE_LINES[0]
@@ -73,26 +73,30 @@ DIALOGUE = [
 
 def test_evidence_lines_show_resolved_dates_and_each_stamp_once(embedder):
     store, _ = store_of(embedder, DIALOGUE)
-    text, lines = MemoryView(store).evidence_block("When did Caroline go to the support group?", 1000)
+    block = EvidenceView(Ranking(store)).block("When did Caroline go to the support group?", 1000)
+    text, lines = block.text, block.lines
     assert len(lines) == 5
     assert "I went to a support group yesterday (7 May 2023)." in text
     assert "camping two years ago (2021) at the lake" in text and "next month (June 2023)" in text
     assert text.count("[8 May, 2023]") == 1 and text.count("[20 May, 2023]") == 1  # each date once, no time of day
     assert "\nCaroline: Really moving" in text
     assert estimate_tokens(text) <= 1300
-    tight, shown = MemoryView(store).evidence_block("When did Caroline go to the support group?", 60)
+    tight = EvidenceView(Ranking(store)).block("When did Caroline go to the support group?", 60)
+    tight, shown = tight.text, tight.lines
     assert 0 < len(shown) < 5 and estimate_tokens(tight) <= 60
 
 
 def test_the_summary_view_shows_topic_and_best_lines_when_a_summary_does_not_fit(embedder):
     long_summary = " ".join(["Caroline and Melanie talked about many things that week."] * 40)
     store, _ = store_of(embedder, DIALOGUE, summaries=[long_summary, long_summary])
-    view = MemoryView(store, summary_lines=1)
-    text, whole, lines = view.summary_block("When did Caroline go to the support group?", 130)
-    assert whole == [] and len(lines) >= 1 and estimate_tokens(text) <= 130
+    view = SummaryView(Ranking(store, weights=RankWeights(summary_lines=1)))
+    block = view.block("When did Caroline go to the support group?", 130)
+    text, whole, lines = block.text, block.nodes, block.lines
+    assert whole == () and len(lines) >= 1 and estimate_tokens(text) <= 130
     assert "Topic: " in text and "Lines:" in text and "Summary:" not in text
     assert "support group yesterday (7 May 2023)" in text  # the node's best line for the question
-    roomy, whole, _ = view.summary_block("When did Caroline go to the support group?", 5000)
+    roomy = view.block("When did Caroline go to the support group?", 5000)
+    roomy, whole = roomy.text, roomy.nodes
     assert len(whole) == 2 and "Summary: " in roomy
 
 
@@ -102,13 +106,14 @@ def test_the_same_bank_renders_the_same_blocks_every_time(embedder, tmp_path):
     questions = [QUESTION, "What is next month?", "Where is the harbour?"]
 
     def render(loaded: MemoryStore) -> list:
-        view = MemoryView(loaded)
-        return [(view.evidence_block(q, budget), view.summary_block(q, budget)[0]) for q in questions
+        ranking = Ranking(loaded)
+        evidence, summary = EvidenceView(ranking), SummaryView(ranking)
+        return [(evidence.block(q, budget), summary.block(q, budget).text) for q in questions
                 for budget in (60, 200, 1000)]
 
     first = render(MemoryStore.load(tmp_path / "bank.json", embedder))
     second = render(MemoryStore.load(tmp_path / "bank.json", embedder))
-    assert first == second and any(block[0][1] for block in first)
+    assert first == second and any(block[0].lines for block in first)
     assert render(store) == first
 
 
@@ -117,17 +122,17 @@ def test_lines_are_chosen_the_same_whatever_ids_the_nodes_drew(embedder):
     shown = []
     for _ in range(2):
         store, _ = store_of(embedder, [[line] for line in BRIDGE_LINES])
-        view = MemoryView(store)
-        shown.append([[(line.start, line.end) for line in view.evidence_block(QUESTION, budget)[1]]
+        view = EvidenceView(Ranking(store))
+        shown.append([[(line.start, line.end) for line in view.block(QUESTION, budget).lines]
                       for budget in (40, 80, 160)])
     assert shown[0] == shown[1] and np.all([len(s) for s in shown[0]])
 
 
 @pytest.mark.parametrize("budget", [30, 1000])
 def test_an_empty_store_shows_nothing(embedder, budget):
-    view = MemoryView(MemoryStore(embedder, InsightDoc(task_goal="x")))
-    assert view.evidence_block("anything", budget) == ("", [])
-    assert view.summary_block("anything", budget) == ("", [], [])
+    ranking = Ranking(MemoryStore(embedder, InsightDoc(task_goal="x")))
+    assert EvidenceView(ranking).block("anything", budget) == Block("")
+    assert SummaryView(ranking).block("anything", budget) == Block("")
 
 
 
@@ -135,7 +140,7 @@ def test_a_header_is_never_dearer_than_its_costed_form():
     """Costing a header at its id's dearest form is what keeps the lines shown independent of the ids drawn."""
     import uuid
 
-    from amb_dspy.memory.view import _header, _header_cost
+    from amb_dspy.memory.view.showing import _header, _header_cost
 
     ids = [uuid.uuid4().hex[:length] for length in (8, 9, 32) for _ in range(3000)] + ["0a0a0a0a", "12345678"]
     assert all(estimate_tokens(_header(i, 10)) + 2 <= _header_cost(i, estimate_tokens) for i in ids)
@@ -147,7 +152,7 @@ def test_a_long_line_is_shown_sentence_by_sentence_never_cut_at_an_initial(embed
                  "by Flying Buffalo. The second modern role-playing game published, it was written to be a more "
                  "accessible alternative to Dungeons & Dragons. Its companion books were edited by K. A. Applegate.")
     store, _ = store_of(embedder, [[paragraph]])
-    lines = MemoryView(store, line_tokens=20).ranked_evidence("Who designed Tunnels & Trolls?")
+    lines = Ranking(store, line_tokens=20).ranked_evidence("Who designed Tunnels & Trolls?")
     assert sorted(line.text for line in lines) == sorted([
         "Tunnels & Trolls is a fantasy role-playing game designed by Ken St. Andre and first published in 1975 by Flying Buffalo.",
         "The second modern role-playing game published, it was written to be a more accessible alternative to Dungeons & Dragons.",
@@ -171,7 +176,7 @@ def test_a_heading_is_no_line_of_its_own_and_its_words_find_the_lines_under_it(e
     nodes = store.add_nodes([NodeContent(summary=text, context="bikes", keywords=["bike"])])
     store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
                        spans={nodes[0].id: [(0, len(text))]})
-    lines = MemoryView(store, flat_share=1.0).ranked_evidence("What does Corvex Cycles make?")
+    lines = Ranking(store, weights=RankWeights(flat_share=1.0)).ranked_evidence("What does Corvex Cycles make?")
     assert {line.text for line in lines} == {line for line in articles if line and line not in ("Corvex Cycles", "Nimbus")}
     # "It makes ..." says "Corvex Cycles" only through its heading
     assert {line.text for line in lines[:2]} == {"Corvex Cycles was started in Gothenburg.", "It makes the Zephyr racing bike."}
@@ -183,7 +188,7 @@ def test_the_lines_of_a_list_are_all_shown(embedder):
     nodes = store.add_nodes([NodeContent(summary=text, context="cake", keywords=["cake"])])
     store.record_entry(InteractionEntry(text=text, metadata={"source": "user_context"}), [nodes[0].id],
                        spans={nodes[0].id: [(0, len(text))]})
-    shown = {line.text for line in MemoryView(store).ranked_evidence("What goes into the cake?")}
+    shown = {line.text for line in Ranking(store).ranked_evidence("What goes into the cake?")}
     assert shown == {"Shopping list", "flour", "sugar", "eggs", "The cake needs an hour in the oven.", "First step",
                      "mix it"}  # no heading here: no short line opens a paragraph over a line of text
 
@@ -199,7 +204,7 @@ def test_a_question_line_counts_its_ask_weight_in_the_lines_own_order_too(embedd
                                     "[8 May, 2023] Caroline: The library has a big reading room."]])
 
     def first_two(**weights):
-        ranked = MemoryView(store, flat_share=1.0, **weights).ranked_evidence("What activities do the kids enjoy?")
+        ranked = Ranking(store, weights=RankWeights(flat_share=1.0, **weights)).ranked_evidence("What activities do the kids enjoy?")
         return [line.text.split(": ")[1][:12] for line in ranked[:2]]
 
     assert first_two(ask_weight=1.0) == ["What activit", "The kids enj"]  # by its own score, the asking line leads
@@ -218,5 +223,5 @@ def test_a_word_the_question_repeats_counts_once(embedder):
     store, _ = store_of(embedder, [[line] for line in lines])
     question = "Which magazine was started first, Arthur's Magazine or First for Women?"
     assert once_per_term(question) == ["magazine", "started", "first", "arthur", "s", "women"]
-    ranked = [line.text for line in MemoryView(store, flat_share=1.0).ranked_evidence(question)]
+    ranked = [line.text for line in Ranking(store, weights=RankWeights(flat_share=1.0)).ranked_evidence(question)]
     assert ranked.index(lines[0]) < ranked.index(lines[1])

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         LoopSettings,
         ModelSettings,
         PathSettings,
+        RankWeights,
         RetrievalSettings,
         Section,
         ToolSettings,
@@ -49,7 +50,7 @@ _LAZY = {"AmbConfig": "settings", "FLAT_NAMES": "settings", "SECTIONS": "setting
 
 __all__ = ["AGENT_NAMES", "DEFAULT_LM", "DEFAULT_WINDOW", "FLAT_NAMES", "SECTIONS", "AgentName", "AgentSettings",
            "AmbConfig", "EmbeddingSettings", "ExecutorSettings", "LimitSettings", "LongTermSettings", "LoopSettings",
-           "ModelSettings", "PathSettings", "RetrievalSettings", "Section", "ToolSettings", "ViewSettings",
+           "ModelSettings", "PathSettings", "RankWeights", "RetrievalSettings", "Section", "ToolSettings", "ViewSettings",
            "user_cache_dir"]
 
 

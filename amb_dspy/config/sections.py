@@ -12,13 +12,15 @@ from pathlib import Path
 from typing import Literal
 
 from platformdirs import user_data_dir
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from amb_dspy.config.environment import user_cache_dir
 
 AgentName = Literal["classification", "structure", "analysis", "integration", "planning", "answer"]
 AGENT_NAMES: tuple[AgentName, ...] = ("classification", "structure", "analysis", "integration", "planning", "answer")
+
+ViewName = Literal["summary", "evidence"]  # what <memory> shows (amb_dspy.memory.view.VIEWS)
 
 DEFAULT_LM = "deepseek/deepseek-chat"
 DEFAULT_WINDOW = 8000  # an agent's prompt tokens when neither the configuration nor the LM says more
@@ -74,13 +76,45 @@ class EmbeddingSettings(Section):
                             "cosine >= 0.98 to float32), or float32, the exported model itself (AMB_EMBEDDING_PRECISION)")
 
 
+class RankWeights(BaseModel):
+    """How the views rank a question's source lines (:mod:`amb_dspy.memory.view`, whose docstring says what each
+    term of the sum is for), and how many lines the summary view shows for a node whose summary does not fit.
+    Chosen on LoCoMo 26 and HotpotQA dev 0-149 (``bench/memory_recall.py``; docs/memory-view.md lists the
+    settings tried). A line's score is ``own (x ask_weight for a question) + node_weight x node score +
+    context_weight x the best own score beside it + spread_weight x its share of the spreading + bridge_weight x
+    a seed line's score that names its heading``, x ``other_weight`` for another speaker's line."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_weight: float = Field(0.3, ge=0.0, description="x the best score of a node that holds the line")
+    hop_weight: float = Field(0.5, ge=0.0, description="a node's score is at least this x a linked node's (one hop)")
+    context_weight: float = Field(0.5, ge=0.0, description="x the best own score of the lines just before and after")
+    spread_weight: float = Field(0.3, ge=0.0, description="x the line's share of the spreading over the graph "
+                                 "(personalized PageRank from the question's terms and best lines); 0: no spreading")
+    spread_seeds: int = Field(3, ge=0, description="the best lines whose terms seed the spreading, beside the "
+                              "question's terms (and whose headings bridge)")
+    flat_share: float = Field(0.3, ge=0.0, le=1.0, description="share of the ranking given to the lines' own scores' "
+                              "order, interleaved, before the graph's additions")
+    ask_weight: float = Field(0.5, ge=0.0, description="x a question line's own score: in a dialogue the turn after "
+                              "it holds the answer")
+    bridge_weight: float = Field(1.0, ge=0.0, description="x the score of a seed line that names the heading over "
+                                 "the line's paragraph, from another paragraph")
+    other_weight: float = Field(0.7, ge=0.0, description="x the score of a line said by someone other than the one "
+                                "speaker a question names (dialogues)")
+    summary_lines: int = Field(3, ge=0, description="summary view: the best lines shown for a node whose summary "
+                               "does not fit")
+
+
 class ViewSettings(Section):
     """What the ``<memory>`` block shows, and in how many tokens (amb_dspy.memory.view)."""
 
-    memory_view: Literal["summary", "evidence"] = Field(
+    memory_view: ViewName = Field(
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory.view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")
+    rank_weights: RankWeights = Field(
+        default_factory=RankWeights, description="how the views rank lines (RankWeights); AMB_RANK_WEIGHTS is a "
+                                                 "JSON object of the weights to change, e.g. '{\"node_weight\": 0.4}'")
 
 
 class ToolSettings(Section):

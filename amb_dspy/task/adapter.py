@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView
+from amb_dspy.memory.view import MemoryView, RankWeights, ViewName, view_for
 from amb_dspy.storage import InsightDoc, PendingTask, QueryGraphNode, TaskKind
 from amb_dspy.task.executor import ExecutionResult, ToolCall
 
@@ -105,11 +105,11 @@ class MemoryAdapter:
     the raw source lines ranked through the graph, ``"summary"`` the spec's node blocks (a node whose summary does
     not fit shows its topic and best lines)."""
 
-    def __init__(self, store: MemoryStore, *, k: int = 5, alpha: float = 0.5, view: str = "summary",
-                 budget: int = 1000):
+    def __init__(self, store: MemoryStore, *, k: int = 5, alpha: float = 0.5, view: ViewName = "summary",
+                 budget: int = 1000, weights: RankWeights | None = None):
         self.store = store
         self.k, self.alpha = k, alpha
-        self.view = MemoryView(store, view=view, k=k, alpha=alpha)
+        self.view: MemoryView = view_for(store, view, weights=weights, k=k, alpha=alpha)
         self.budget = budget
         self.recalled = ""  # long-term memory's lines "from earlier tasks"
 
@@ -125,7 +125,7 @@ class MemoryAdapter:
         ``budget`` tokens (default ``self.budget``), then what long-term memory recalled from earlier tasks
         (``recalled``, set by the bank)."""
         query = doc.current_task or doc.task_goal
-        text = (self.view.block(query, budget or self.budget) if query and len(self.store.graph) else "") or NO_MEMORY
+        text = (self.view.block(query, budget or self.budget).text if query and len(self.store.graph) else "") or NO_MEMORY
         return f"{text}\n\n{self.recalled}" if self.recalled else text
 
     def blocks(self, doc: InsightDoc, already_fetched: Sequence[str] = (), budget: int | None = None) -> PromptBlocks:

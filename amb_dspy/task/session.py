@@ -89,7 +89,7 @@ class TaskSession(TaskMemory):
                                   task_goal=lambda: self.store.insight_doc.task_goal)
         self.memory_adapter = MemoryAdapter(store, k=config.retrieval.retrieval_k,
                                             alpha=config.retrieval.retrieval_alpha,
-                                            view=config.view.memory_view, budget=config.view.memory_tokens)
+                                            view=config.view.memory_view, budget=config.view.memory_tokens, weights=config.view.rank_weights)
         self.memory = MemoryWriter(store, config, self.runner, self.emit)
         self.tool_cache = ToolCache(store, enabled=config.tools.tool_cache,
                                     max_observation_chars=config.tools.max_observation_chars)
