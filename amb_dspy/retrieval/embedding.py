@@ -8,9 +8,9 @@ installs, never from a hub. Two backends compute the same vectors (cosine >= 0.9
   starts in a fraction of a second (no torch import) and embeds several times faster on a CPU.
 * ``sentence-transformers`` (:class:`SentenceTransformerEmbedder`): the reference implementation.
 
-``AMB_EMBEDDER`` may choose another model instead (a local sentence-transformers folder, or a model
-``dspy.Embedder`` calls: :mod:`amb_dspy.retrieval.chosen_embedding`). ``AMB_EMBEDDING_BACKEND`` picks one; ``auto`` (the default) takes ``onnx`` when ONNX Runtime is
-installed. Heavy libraries are imported on the first ``embed`` call, not on import.
+``AMB_EMBEDDING_BACKEND`` picks one; ``auto`` (the default) takes ``onnx`` when ONNX Runtime is installed.
+``AMB_EMBEDDER`` may choose another model instead of the bundled one (a local sentence-transformers folder, or a
+model ``dspy.Embedder`` calls: :mod:`amb_dspy.retrieval.chosen_embedding`). Heavy libraries are imported on the first ``embed`` call, not on import.
 """
 
 from __future__ import annotations
