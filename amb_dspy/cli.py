@@ -17,7 +17,10 @@ import typer
 
 from amb_dspy.config.environment import debug_enabled
 from amb_dspy.errors import UserError, one_line
-from amb_dspy.serve.command import serve_command  # typer only: the server and its SDK load when it starts
+from amb_dspy.serve.command import (  # typer only: the server and its SDK load when it starts
+    EMBEDDER_HELP,
+    serve_command,
+)
 from amb_dspy.serve.keys_command import keys_app
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
@@ -88,14 +91,14 @@ def run(
     trace: Path | None = typer.Option(None, "--trace", help="write one JSON line per phase event here (read it with `amb show --trace`)"),
     no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
     strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY)"),
+    embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
-
     console = Console(stderr=True)
     config = _settings(lm=lm, corpus=corpus, max_loops=max_loops, policy=policy, recall=recall, namespace=namespace,
                        remember=remember or None, redact=redact or None, fast_path=False if no_fast else None,
-                       strategy=strategy)
+                       strategy=strategy, embedder=embedder)
     bank = None
     try:
         from amb_dspy.view.progress import progress_display
@@ -172,6 +175,7 @@ def ingest(
     lm: str | None = typer.Option(None, "--lm", help="dspy model string, 'local', or 'gguf:PATH'"),
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
+    embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
 ) -> None:
     """Add documents to a bank (no planning, no executor); then ask it many questions with `amb run --bank`.
 
@@ -183,7 +187,7 @@ def ingest(
     from amb_dspy.storage.bank_names import bank_path
 
     console = Console(stderr=True)
-    config = _settings(lm=lm, policy=policy)
+    config = _settings(lm=lm, policy=policy, embedder=embedder)
     sources = [*(paths or []), *([str(context_file)] if context_file else [])]
     if not sources or (bank_name is None and export is None):
         _fail("say what to add (PATH... or --context-file) and where (--bank BANK or --export FILE)", code=2)
@@ -312,11 +316,12 @@ def evaluate(
     num_threads: int = typer.Option(1, "--num-threads", min=1, help="questions answered at once (hosted LMs; the embedded model serialises its calls)"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic or auto (the memory agents' policy, bank mode)"),
     strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY); bank mode"),
+    embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
 ) -> None:
     """Answer HotpotQA or LoCoMo questions and print per-question and mean scores, LM calls, tokens and seconds; the last line is JSON."""
     from optimize.commands import eval_command
 
-    config = _settings(lm=lm, policy=policy, strategy=strategy)
+    config = _settings(lm=lm, policy=policy, strategy=strategy, embedder=embedder)
     _run_command(lambda: eval_command(dataset=dataset, n=n, mode=mode, compiled=compiled, corpus=corpus, lm=lm,
                                       judge_lm=judge_lm, num_threads=num_threads, config=config, echo=typer.echo))
 

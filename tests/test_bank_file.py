@@ -121,8 +121,9 @@ BAD_FILES = {
     "self-loop": (lambda good: edited(good, lambda d: first_node(d)["links"].append(first_node(d)["id"])), "itself"),
     "duplicate node": (lambda good: edited(good, lambda d: d["query_graph"]["nodes"].append(first_node(d))), "twice"),
     "embedding too short": (lambda good: edited(good, lambda d: first_node(d)["embedding"].pop()), "shape (383,)"),
-    "whole bank in another dimension": (lambda good: edited(good, lambda d: d["query_graph"].update(embedding_dim=768)),
-                                        "dimension 768"),
+    # a bank of another dimension is embedded again (tests/test_chosen_embedder.py); one whose nodes disagree is not
+    "declared dimension not its nodes'": (lambda good: edited(good, lambda d: d["query_graph"].update(embedding_dim=768)),
+                                          "has an embedding of shape (384,)"),
     "NaN in an embedding": (lambda good: edited(good, lambda d: first_node(d)["embedding"].__setitem__(0, float("nan"))),
                             "finite"),
     "embedding as text": (lambda good: edited(good, lambda d: first_node(d).update(embedding="0.1 0.2")), "embedding"),

@@ -30,6 +30,7 @@ SETTINGS = [
     ("memory_tokens", "700", 700, "view"),
     ("rank_weights", '{"node_weight": 0.4, "spread_seeds": 2}', RankWeights(node_weight=0.4, spread_seeds=2), "view"),
     ("embedding_batch_size", "5", 5, "embedding"),
+    ("embedder", "openai/text-embedding-3-small", "dspy:openai/text-embedding-3-small", "embedding"),
     ("embedding_backend", "onnx", "onnx", "embedding"),
     ("embedding_precision", "float32", "float32", "embedding"),
     ("serper_api_key", "serp", "serp", "tools"),

@@ -65,8 +65,13 @@ class RetrievalSettings(Section):
 
 
 class EmbeddingSettings(Section):
-    """The sentence embedder (all-MiniLM-L6-v2): which backend computes it, in batches of how many texts, at which
-    precision (onnx). Its exported ONNX models live under :attr:`PathSettings.cache_dir`."""
+    """The sentence embedder: which one (``embedder``: the bundled all-MiniLM-L6-v2, a local sentence-transformers
+    folder or a model ``dspy.Embedder`` calls), and for the bundled one which backend computes it, in batches of how
+    many texts, at which precision (onnx). Its exported ONNX models live under :attr:`PathSettings.cache_dir`."""
+
+    embedder: str = Field("local", description="local (the bundled all-MiniLM-L6-v2), a folder holding a "
+                          "sentence-transformers model, or a LiteLLM embedding model string for dspy.Embedder "
+                          "(openai/text-embedding-3-small); see amb_dspy.config.embedder_spec (AMB_EMBEDDER)")
 
     embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
         "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
@@ -74,6 +79,14 @@ class EmbeddingSettings(Section):
     embedding_precision: Literal["int8", "float32"] = Field(
         "int8", description="onnx: int8, a dynamically quantized copy of the exported model (about 3x faster, "
                             "cosine >= 0.98 to float32), or float32, the exported model itself (AMB_EMBEDDING_PRECISION)")
+
+    @field_validator("embedder")
+    @classmethod
+    def _known_embedder(cls, value: str) -> str:
+        """The setting in its checked, canonical form (``local``, ``st:/abs/folder``, ``dspy:provider/model``)."""
+        from amb_dspy.config.embedder_spec import parse_embedder
+
+        return str(parse_embedder(value))
 
 
 class RankWeights(BaseModel):

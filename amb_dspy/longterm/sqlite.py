@@ -3,7 +3,9 @@
 The rows are the truth. Search is served by the project's own hybrid index (BM25 + FAISS,
 :class:`~amb_dspy.retrieval.hybrid.HybridIndex`), one per namespace and kind, built from the rows when
 the store opens and kept in step with every change. Vectors are stored beside the rows (float32
-blobs), so opening never re-embeds.
+blobs), so opening never re-embeds. The meta table records the embedder's name and dimension (``AMB_EMBEDDER``):
+a store made by another embedder is refused in one line (a run goes on without long-term memory, with that notice)
+rather than embedded again, since other processes may still be writing it with theirs; vectors are never mixed.
 
 Each change is one SQLite transaction; the indexes change first and are put back if the transaction
 fails, so the file and the indexes never disagree. Another process that writes the same file (an
@@ -31,6 +33,7 @@ from amb_dspy.longterm.base import (
 from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.retrieval.hybrid import HybridIndex
 
 SCHEMA_VERSION = 1
@@ -116,7 +119,7 @@ class SQLiteStore(LongTermStore):
         self._check_version()
         with self._db:
             self._db.executescript(_SCHEMA)
-            self._check_dimension()
+            self._check_embedder()
         self._load()
         ledger.check_count(self._count())
 
@@ -128,13 +131,18 @@ class SQLiteStore(LongTermStore):
         if version == 0:
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
-    def _check_dimension(self) -> None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-        if row is None:
-            self._db.execute("INSERT INTO meta (key, value) VALUES ('dim', ?)", (str(self.embedder.dim),))
-        elif int(row[0]) != self.embedder.dim:
-            raise StoreUnavailableError(f"long-term store {self.path}: holds {row[0]}-d embeddings, the "
-                                        f"embedder gives {self.embedder.dim}-d")
+    def _check_embedder(self) -> None:
+        """Record the embedder's name and dimension in a new store; refuse one made by another embedder (one line).
+        A store from before names were recorded takes the name of the first embedder of its dimension that opens it."""
+        meta = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('dim', 'model')").fetchall())
+        name, dim = embedding_model_name(self.embedder), self.embedder.dim
+        if meta.get("dim", str(dim)) != str(dim):
+            raise StoreUnavailableError(f"long-term store {self.path}: holds {meta['dim']}-d embeddings, the "
+                                        f"embedder gives {dim}-d")
+        if meta.get("model", name) != name:
+            raise StoreUnavailableError(f"long-term store {self.path}: holds vectors of {meta['model']}, the embedder "
+                                        f"is {name} (AMB_EMBEDDER): open it with the embedder that made it")
+        self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [("dim", str(dim)), ("model", name)])
 
     def _load(self) -> None:
         """(Re)build every index from the rows."""

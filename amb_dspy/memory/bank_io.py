@@ -10,6 +10,7 @@ from typing import Self
 import numpy as np
 
 from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.storage.bank_db import BankParts, is_bank_db, read_bank, write_bank_db
 from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
 from amb_dspy.storage.insight_doc import InsightDoc
@@ -55,11 +56,12 @@ class StoreFiles:
         raises BankFileError and builds nothing if the file is bad.
 
         Stored embeddings are used as they are when the file names the embedder's model; a file made
-        with another model (or not naming one) is embedded again, with a line added to ``notices``. A bank
+        with another model (or not naming one, or of another dimension) is embedded again, its indexes built at the
+        embedder's dimension, with a line added to ``notices``: vectors of two models are never mixed. A bank
         database's line vectors of the embedder's model come with it (``line_vectors``), so the evidence view
         embeds no line it already embedded.
         """
-        loaded, point = read_bank(path, embedder.dim, embedding_model_name(embedder))
+        loaded, point = read_bank(path, None, embedding_model_name(embedder), embedder.dim)
         store = cls.from_loaded(loaded, embedder, path, notices)
         store.save_point = point
         return store
@@ -85,7 +87,7 @@ class StoreFiles:
 
     @classmethod
     def from_payload(cls, raw, embedder: Embedder, where, notices: list[str] | None = None) -> Self:
-        return cls.from_loaded(bank_from_payload(raw, embedder.dim, where), embedder, where, notices)
+        return cls.from_loaded(bank_from_payload(raw, None, where), embedder, where, notices)
 
     @classmethod
     def from_loaded(cls, loaded: LoadedBank, embedder: Embedder, path, notices: list[str] | None = None) -> Self:
@@ -93,18 +95,26 @@ class StoreFiles:
         store.graph, store.tree, store.hops = loaded.graph, loaded.tree, list(loaded.hops)
         if loaded.line_vectors is not None and loaded.line_vectors.model == store.line_vectors.model:
             store.line_vectors = loaded.line_vectors
-        nodes = list(loaded.graph.nodes_dict.values())
-        model = embedding_model_name(embedder)
-        if nodes and loaded.embedding_model != model:
-            vectors = store._embed([node.embedding_text for node in nodes])
-            for node, vector in zip(nodes, vectors):
-                node.embedding = vector
-            store.unsaved_nodes.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
-            if notices is not None:
-                notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
-                               f"{len(nodes)} nodes embedded again with {model}")
+        store._embed_again(loaded, path, notices)
         store._index_all()
         return store
+
+    def _embed_again(self, loaded: LoadedBank, path, notices: list[str] | None) -> None:
+        """Give every node of a bank just read this store's embedder's vectors when the bank's came from another
+        model, or are of another dimension (a bank file records one of each), and say so in ``notices``."""
+        nodes = list(self.graph.nodes_dict.values())
+        model, dim = embedding_model_name(self.embedder), self.index.dim
+        stored_dim = nodes[0].embedding.shape[0] if nodes else dim
+        if not nodes or (loaded.embedding_model == model and stored_dim == dim):
+            return
+        vectors = self._embed([node.embedding_text for node in nodes])
+        for node, vector in zip(nodes, vectors):
+            node.embedding = vector
+        self.unsaved_nodes.update(node.id for node in nodes)  # the new vectors reach a bank database's next save
+        if notices is not None:
+            sizes = f" ({stored_dim}-d vectors, now {dim}-d)" if stored_dim != dim else ""
+            notices.append(f"{path}: embedded with {loaded.embedding_model or 'an unnamed model'}; "
+                           f"{len(nodes)} nodes embedded again with {model}{sizes}")
 
     def _index_all(self) -> None:
         """Index every node of a store just made (one FAISS write for all the vectors)."""
@@ -112,8 +122,3 @@ class StoreFiles:
         if nodes:
             self.index.add_many([node.id for node in nodes], [node.embedding_text for node in nodes],
                                 np.stack([node.embedding for node in nodes]))
-
-
-def embedding_model_name(embedder: Embedder) -> str:
-    """The name a bank file records for the model its vectors came from."""
-    return str(getattr(embedder, "model_name", None) or type(embedder).__name__)

@@ -8,8 +8,9 @@ installs, never from a hub. Two backends compute the same vectors (cosine >= 0.9
   starts in a fraction of a second (no torch import) and embeds several times faster on a CPU.
 * ``sentence-transformers`` (:class:`SentenceTransformerEmbedder`): the reference implementation.
 
-``AMB_EMBEDDING_BACKEND`` picks one; ``auto`` (the default) takes ``onnx`` when ONNX Runtime is
-installed. Heavy libraries are imported on the first ``embed`` call, not on import.
+``AMB_EMBEDDING_BACKEND`` picks one; ``auto`` (the default) takes ``onnx`` when ONNX Runtime is installed.
+``AMB_EMBEDDER`` may choose another model instead of the bundled one (a local sentence-transformers folder, or a
+model ``dspy.Embedder`` calls: :mod:`amb_dspy.retrieval.chosen_embedding`). Heavy libraries are imported on the first ``embed`` call, not on import.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from amb_dspy.config.embedder_spec import parse_embedder
+from amb_dspy.retrieval.chosen_embedding import chosen_embedder
 from amb_dspy.retrieval.embedding_base import (
     MINILM_DIM,
     MINILM_PACKAGE,
@@ -71,8 +74,8 @@ class SentenceTransformerEmbedder(CachingEmbedder):
                                    convert_to_numpy=True, show_progress_bar=False)
 
 
-# One embedder per everything that changes it: backend, batch size, and (ONNX) the folder of the exported model
-# and the precision it runs at.
+# One embedder per everything that changes it: the chosen embedder (AMB_EMBEDDER) or the bundled model's backend,
+# batch size, and (ONNX) the folder of the exported model and the precision it runs at.
 _defaults: dict[tuple[str, int | None, Path | None, str | None], CachingEmbedder] = {}
 _default_lock = threading.Lock()
 
@@ -100,7 +103,15 @@ def default_embedder(backend: str | None = None, *, config: AmbConfig | None = N
 
 
 def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: str | None = None) -> CachingEmbedder:
-    """The process-wide embedder of an embedding section and cache dir (see :func:`default_embedder`)."""
+    """The process-wide embedder of an embedding section and cache dir (see :func:`default_embedder`): the one
+    ``settings.embedder`` chooses (:mod:`amb_dspy.retrieval.chosen_embedding`), else the bundled model."""
+    spec = parse_embedder(settings.embedder)
+    if spec.kind != "local":
+        key = (str(spec), settings.embedding_batch_size, None, None)
+        with _default_lock:
+            if key not in _defaults:
+                _defaults[key] = chosen_embedder(spec, settings.embedding_batch_size)
+            return _defaults[key]
     name = resolve_backend(backend or settings.embedding_backend)
     batch = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
     model_home = Path(cache_dir).expanduser().resolve() if name == "onnx" else None

@@ -86,12 +86,26 @@ class CachingEmbedder:
     def __init__(self, batch_size: int = 64, cache_size: int = 50_000):
         self.batch_size = batch_size
         self.cache_size = cache_size
-        self.dim = MINILM_DIM
+        self._dim: int | None = MINILM_DIM  # None: learnt from the model on first use (:meth:`_learn_dim`)
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the cache's
         self._encode_lock = threading.Lock()  # the model's: one call at a time
         self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
         self.encode_seconds = 0.0  # the time they took (tokenizer and model): what embedding costs an ingest
+
+    @property
+    def dim(self) -> int:
+        """The vectors' dimension: the bundled model's, or what a chosen model gives (learnt once, on first use)."""
+        if self._dim is None:
+            self._dim = self._learn_dim()
+        return self._dim
+
+    @dim.setter
+    def dim(self, value: int) -> None:
+        self._dim = value
+
+    def _learn_dim(self) -> int:
+        raise NotImplementedError  # a backend that starts with ``_dim = None`` says how it learns it
 
     @property
     def model_name(self) -> str:
@@ -153,6 +167,12 @@ def remember_vectors(embedder: Embedder, texts: list[str], vectors: list[np.ndar
     that keeps no cache of vectors embeds them again when asked."""
     if isinstance(embedder, CachingEmbedder):
         embedder.remember(texts, vectors)
+
+
+def embedding_model_name(embedder: Embedder) -> str:
+    """The name bank files, line-vector tables and long-term stores record for the model their vectors came from
+    (:attr:`CachingEmbedder.model_name`): another name means other vectors, which are embedded again, never mixed."""
+    return str(getattr(embedder, "model_name", None) or type(embedder).__name__)
 
 
 def load_sentence_transformer(model_dir: Path):

@@ -14,6 +14,11 @@ CLIENT_CONFIG_FILES = {
     "cursor": "~/.cursor/mcp.json (every project) or .cursor/mcp.json (this project)",
 }
 
+# The --embedder flag of amb run, ingest, eval and serve (amb_dspy.config.embedder_spec).
+EMBEDDER_HELP = ("the embedder (AMB_EMBEDDER): local (the bundled all-MiniLM-L6-v2, default), a folder holding a "
+                 "sentence-transformers model, or a LiteLLM embedding model for dspy.Embedder "
+                 "(openai/text-embedding-3-small); a bank made with another one is embedded again on load")
+
 
 def serve_command(
     http: int | None = typer.Option(None, "--http", min=1, max=65535, help="serve streamable HTTP on this port (path /mcp) instead of stdio"),
@@ -28,15 +33,17 @@ def serve_command(
     allow_dir: list[Path] = typer.Option([], "--allow-dir", help="a folder beyond STORAGE_DIR that memory_start_task may read bank files from (repeatable)"),
     allow_host: list[str] = typer.Option([], "--allow-host", help="a Host header (name or address, optionally :PORT) the HTTP server answers to beyond loopback names and --host (repeatable)"),
     print_config: str | None = typer.Option(None, "--print-config", help="print the MCP config for claude or cursor that starts this server (this install, absolute paths) and exit"),
+    embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
     from amb_dspy.errors import InputError, UserError, one_line
 
-    config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None)
+    config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None, embedder=embedder)
     if print_config is not None:
         flags = [*(["--lm", lm] if lm else []), *(["--policy", policy] if policy else []),
                  *(["--compiled", str(Path(compiled).resolve())] if compiled else []),
                  *(["--namespace", namespace] if namespace else []), *(["--remember"] if remember else []),
+                 *(["--embedder", config.embedding.embedder] if embedder else []),
                  *[flag for folder in allow_dir for flag in ("--allow-dir", str(folder.resolve()))]]
         typer.echo(client_config(print_config, flags))
         return

@@ -116,12 +116,12 @@ def _db_error(path: Path, exc: sqlite3.Error) -> BankFileError:
 
 
 # --- reading -----------------------------------------------------------------------------------
-def read_bank_db(path: str | Path, embedding_dim: int | None,
-                 line_model: str | None = None) -> tuple[LoadedBank, SavePoint]:
-    """Read and fully validate a bank database (BankFileError, one line, if it is none or damaged), and the
-    save point a store opened from it starts at. With ``line_model`` (the embedder's name) and ``embedding_dim``,
-    the bank's ``line_vectors`` are the stored line vectors of that model and dimension (none of another)."""
-    path = Path(path)
+def read_bank_db(path: str | Path, embedding_dim: int | None, line_model: str | None = None,
+                 line_dim: int | None = None) -> tuple[LoadedBank, SavePoint]:
+    """Read and fully validate a bank database (BankFileError, one line, if it is none or damaged), and the save point
+    a store opened from it starts at. With ``line_model`` and ``line_dim`` (the embedder's name and dimension; default
+    ``embedding_dim``), ``line_vectors`` are the stored line vectors of that model and dimension (none of another)."""
+    line_dim, path = line_dim or embedding_dim, Path(path)
     if not path.is_file():
         raise BankFileError(f"{path}: no such bank file")
     if path.stat().st_size == 0:
@@ -130,7 +130,7 @@ def read_bank_db(path: str | Path, embedding_dim: int | None,
         with closing(sqlite3.connect(path, isolation_level=None)) as connection:
             connection.execute("BEGIN")  # one snapshot, though a writer commits meanwhile
             raw, save_id = _payload(path, connection)
-            lines = _line_vectors(connection, line_model, embedding_dim) if line_model and embedding_dim else None
+            lines = _line_vectors(connection, line_model, line_dim) if line_model and line_dim else None
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
     except BankFileError:
@@ -377,13 +377,14 @@ def _write_line_vectors(connection: sqlite3.Connection, table: LineVectors | Non
     return keys
 
 
-def read_bank(path: str | Path, embedding_dim: int | None,
-              line_model: str | None = None) -> tuple[LoadedBank, SavePoint | None]:
+def read_bank(path: str | Path, embedding_dim: int | None, line_model: str | None = None,
+              line_dim: int | None = None) -> tuple[LoadedBank, SavePoint | None]:
     """The bank at ``path`` in either format, decided by the file (:func:`is_bank_db`), fully validated, and
     its save point when it is a database: the one reader every command and ``MemoryStore.load`` open banks with.
-    ``line_model``: the embedder's name, to read a database's line vectors of that model (:func:`read_bank_db`)."""
+    ``embedding_dim`` None: the file's own (every node must have it). ``line_model``, ``line_dim``: the embedder's
+    name and dimension, to read a database's line vectors of that model (:func:`read_bank_db`)."""
     if is_bank_db(path):
-        return read_bank_db(path, embedding_dim, line_model)
+        return read_bank_db(path, embedding_dim, line_model, line_dim)
     return load_bank(path, embedding_dim), None
 
 
