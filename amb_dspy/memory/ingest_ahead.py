@@ -30,6 +30,7 @@ from typing import Any
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.agents.fallback import POLICIES
 from amb_dspy.agents.prepared import PreparedAnswers
+from amb_dspy.errors import AmbError
 from amb_dspy.lm import AgentLMs
 from amb_dspy.memory.documents import Expected, NamedDocument, dated_sessions, read_documents
 from amb_dspy.memory.view.lines import LINE_TOKENS, pieces
@@ -51,8 +52,8 @@ class Read:
     prepared: tuple[str, ...] = ()
 
 
-class _Stopped(Exception):
-    """The consumer closed the pipeline: the reading thread ends."""
+class _Stopped(AmbError):
+    """The consumer closed the pipeline: the reading thread ends (caught there, never shown)."""
 
 
 _END = object()
