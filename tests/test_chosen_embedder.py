@@ -24,7 +24,7 @@ from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.registry import open_store_or_notice
 from amb_dspy.longterm.sqlite import SQLiteStore
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import MemoryView, export_bank
+from amb_dspy.memory.view import export_bank, view_for
 from amb_dspy.retrieval.embedding import EmbeddingError, bundled_minilm_dir, shared_embedder
 from tests.test_bank_store import grown, sessions  # noqa: F401  (fixtures)
 
@@ -88,7 +88,7 @@ def test_a_bank_of_another_embedder_and_dimension_is_embedded_again(grown, tmp_p
                            f"dspy:hashed-words-64 (384-d vectors, now {WORDS_DIM}-d)"]
         assert store.index.dim == WORDS_DIM and store.line_vectors.dim == WORDS_DIM
         assert {node.embedding.shape for node in store.graph.nodes_dict.values()} == {(WORDS_DIM,)}
-        assert "Jon" in MemoryView(store, view="evidence").block("What business is Jon starting?", 1000)
+        assert "Jon" in view_for(store, "evidence").block("What business is Jon starting?", 1000).text
         assert len(store.line_vectors) > 0  # the evidence view's lines, embedded at 64 dimensions
     export_bank(store, path)  # the bank database now holds the 64-d vectors, its line vectors under each model
     with sqlite3.connect(path) as connection:
