@@ -101,19 +101,32 @@ def quantize_int8(model_dir: Path, float_path: Path, target: Path) -> Path:
         finally:
             root.setLevel(level)
         expected = OnnxEmbedder(model_dir=model_dir, onnx_path=float_path)._encode(_CHECK_TEXTS)
-        got = OnnxEmbedder(model_dir=model_dir, onnx_path=partial)._encode(_CHECK_TEXTS)
-        cosine = float((expected * got).sum(axis=1).min())
-        if cosine < _MIN_INT8_COSINE:
-            raise EmbeddingError(f"the int8 copy of {model_dir.name} differs from the float model (cosine {cosine:.4f}); "
-                                 "use AMB_EMBEDDING_PRECISION=float32")
-        replace_with(partial, target)
+        _keep_if_close(model_dir, partial, target, expected, _MIN_INT8_COSINE,
+                       f"the int8 copy of {model_dir.name} differs from the float model (cosine {{:.4f}}); "
+                       "use AMB_EMBEDDING_PRECISION=float32")
     except EmbeddingError:
         raise
-    except Exception as exc:  # any quantization failure becomes one clear error
-        raise EmbeddingError(f"cannot quantize {float_path} to int8: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    except Exception as exc:  # any other failure becomes one clear error
+        raise _one_error(exc, f"cannot quantize {float_path} to int8") from exc
     finally:
         partial.unlink(missing_ok=True)
     return target
+
+
+def _keep_if_close(model_dir: Path, partial: Path, target: Path, expected: np.ndarray, least: float,
+                   differs: str) -> None:
+    """Put the model written at ``partial`` in place at ``target`` if its vectors of the check texts are each within
+    cosine ``least`` of ``expected``; else EmbeddingError (``differs``, formatted with the lowest cosine)."""
+    got = OnnxEmbedder(model_dir=model_dir, onnx_path=partial)._encode(_CHECK_TEXTS)
+    cosine = float((expected * got).sum(axis=1).min())
+    if cosine < least:
+        raise EmbeddingError(differs.format(cosine))
+    replace_with(partial, target)
+
+
+def _one_error(exc: Exception, doing: str) -> EmbeddingError:
+    """A failure while making a model file, as one clear error."""
+    return EmbeddingError(f"{doing}: {type(exc).__name__}: {exc}".splitlines()[0])
 
 
 def export_onnx(model_dir: Path, target: Path) -> Path:
@@ -149,15 +162,12 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
                 opset_version=17, dynamo=False,
             )
         expected = model.encode(_CHECK_TEXTS, normalize_embeddings=True, convert_to_numpy=True)
-        got = OnnxEmbedder(model_dir=model_dir, onnx_path=partial)._encode(_CHECK_TEXTS)
-        cosine = float((expected * got).sum(axis=1).min())
-        if cosine < _MIN_EXPORT_COSINE:
-            raise EmbeddingError(f"the ONNX export of {model_dir.name} differs from sentence-transformers (cosine {cosine:.5f})")
-        replace_with(partial, target)
+        _keep_if_close(model_dir, partial, target, expected, _MIN_EXPORT_COSINE,
+                       f"the ONNX export of {model_dir.name} differs from sentence-transformers (cosine {{:.5f}})")
     except EmbeddingError:
         raise
-    except Exception as exc:  # any export failure becomes one clear error
-        raise EmbeddingError(f"cannot export {model_dir.name} to ONNX: {type(exc).__name__}: {exc}".splitlines()[0]) from exc
+    except Exception as exc:  # any other failure becomes one clear error
+        raise _one_error(exc, f"cannot export {model_dir.name} to ONNX") from exc
     finally:
         partial.unlink(missing_ok=True)
     return target

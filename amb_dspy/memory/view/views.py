@@ -26,9 +26,8 @@ class MemoryView(Protocol):
     def warm(self) -> None: ...
 
 
-class EvidenceView:
-    """Raw source lines in rank order (:meth:`Ranking.ranked_evidence`), as many as fit in the budget, grouped
-    under a header per node (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
+class _RankedView:
+    """What both views hold: the ranking they show, and how its lines are shown."""
 
     def __init__(self, ranking: Ranking):
         self.ranking = ranking
@@ -36,6 +35,11 @@ class EvidenceView:
 
     def warm(self) -> None:
         self.ranking.warm()
+
+
+class EvidenceView(_RankedView):
+    """Raw source lines in rank order (:meth:`Ranking.ranked_evidence`), as many as fit in the budget, grouped
+    under a header per node (its id, for ``deep_retrieval`` and citations) and shown in the text's order."""
 
     def block(self, query: str | Query, budget: int) -> Block:
         count, show = self.ranking.count, self.show
@@ -50,16 +54,9 @@ class EvidenceView:
             shown = shown[:-1]  # a stamp shown twice in one group: drop the last-ranked line
 
 
-class SummaryView:
+class SummaryView(_RankedView):
     """The spec's node blocks in rank order (:meth:`Ranking.ranked_nodes`), as many as fit in the budget; a node
     whose summary does not fit shows its topic and its ``summary_lines`` best lines for the question instead."""
-
-    def __init__(self, ranking: Ranking):
-        self.ranking = ranking
-        self.show = LineShow(ranking.store, ranking.count)
-
-    def warm(self) -> None:
-        self.ranking.warm()
 
     def block(self, query: str | Query, budget: int) -> Block:
         if len(self.ranking.store.graph) == 0:
