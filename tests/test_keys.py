@@ -85,3 +85,27 @@ def test_a_task_is_reached_only_by_the_owner_that_started_it(tmp_path):
     assert registry.get("shared") is shared
     with pytest.raises(ValueError, match="no open task 'shared'"):
         registry.get("shared", owner="key-a")
+
+
+def test_each_key_s_exports_go_to_a_folder_of_its_own(tmp_path, embedder):
+    """Two keys exporting under one name never replace each other's bank; without keys, exports go where they
+    always went (STORAGE_DIR/sessions)."""
+    import json
+
+    from amb_dspy.bank import MemoryBank
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.task.tools import TOOLS
+
+    storage = tmp_path / "storage"
+    bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=storage, temp_dir=tmp_path / "t"), embedder=embedder)
+    registry = TaskRegistry(bank.start_session, export_dir=storage / "sessions")
+    export, observe = TOOLS["memory_export"], TOOLS["memory_observe"]
+    written = {}
+    for owner, text in (("key-a", "Alice's bank card PIN is 4921."), ("key-b", "Bob likes tea."), (None, "Plain.")):
+        session = registry.start(f"notes of {owner}", owner=owner)
+        observe.run(session, tool="note", result=text, wait=True)
+        written[owner] = Path(json.loads(export.run(session, path="shared.json"))["path"])
+    assert written["key-a"] == (storage / "sessions" / "key-a" / "shared.json").resolve()
+    assert written["key-b"] == (storage / "sessions" / "key-b" / "shared.json").resolve()
+    assert written[None] == (storage / "sessions" / "shared.json").resolve()
+    assert "4921" in written["key-a"].read_text() and "4921" not in written["key-b"].read_text()

@@ -64,6 +64,7 @@ class TaskRegistry:
         return session
 
     def _hold(self, session: TaskSession, owner: str | None) -> None:
+        session.owner = owner
         with self._lock:
             self._tasks[session.task_id] = session
             self._used[session.task_id] = self.clock()

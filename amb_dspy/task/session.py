@@ -82,6 +82,7 @@ class TaskSession(TaskMemory):
         self.config, self.agents, self.embedder, self.lms = config, agents, embedder, lms
         self.images = images
         self.namespace = namespace or config.longterm.namespace
+        self.owner: str | None = None  # the key that started it on a server with keys: its exports are its own
         self.progress = progress
         self.store = store
         self.state = state or RunState(doc_id=store.insight_doc.doc_id)

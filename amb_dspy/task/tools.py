@@ -240,8 +240,9 @@ def memory_tool(hints: ToolHints) -> Callable[[Callable[..., ToolResult]], Calla
 
 
 def export_path(session: TaskSession, name: str | None) -> Path:
-    """Where a task's bank may be written: a file inside ``STORAGE_DIR/sessions`` only."""
-    root = (session.config.paths.storage_dir / SESSIONS_FOLDER).expanduser().resolve()
+    """Where a task's bank may be written: a file inside ``STORAGE_DIR/sessions`` only; a task a key started
+    (``session.owner``), inside that key's own folder there, so that no key replaces another's export."""
+    root = (session.config.paths.storage_dir / SESSIONS_FOLDER / (session.owner or "")).expanduser().resolve()
     path = (root / (name or f"{session.task_id}.json")).resolve()
     if not path.is_relative_to(root) or path == root:
         raise InputError(f"the export path must be a file inside {root}, not {name!r}")
