@@ -109,3 +109,26 @@ def test_each_key_s_exports_go_to_a_folder_of_its_own(tmp_path, embedder):
     assert written["key-b"] == (storage / "sessions" / "key-b" / "shared.json").resolve()
     assert written[None] == (storage / "sessions" / "shared.json").resolve()
     assert "4921" in written["key-a"].read_text() and "4921" not in written["key-b"].read_text()
+
+
+def test_a_key_starts_tasks_from_the_shared_banks_and_allowed_folders_only(tmp_path):
+    """Another key's task file (tasks/) or export (sessions/) is no bank a keyed task may start from; banks/ and
+    an --allow-dir folder are; without a key the whole storage folder is, as before."""
+    from amb_dspy.config import AmbConfig
+    from amb_dspy.serve.access import KeyedHost
+    from amb_dspy.task.tools import ToolHost
+
+    storage, allowed = tmp_path / "storage", tmp_path / "allowed"
+    for folder, name in (("tasks", "0123abcd.sqlite"), ("sessions", "x.json"), ("banks", "notes.sqlite")):
+        (storage / folder).mkdir(parents=True)
+        (storage / folder / name).write_bytes(b"")
+    allowed.mkdir()
+    (allowed / "team.json").write_bytes(b"")
+    keyed = KeyedHost(AmbConfig(storage_dir=storage), None, lambda *a, **k: None, (allowed,), namespaces=("bob",))
+    for bank in ("tasks/0123abcd.sqlite", "sessions/x.json"):
+        with pytest.raises(ValueError, match="not shared between keys"):
+            keyed.bank_file(bank)
+    assert keyed.bank_file("notes") == (storage / "banks" / "notes.sqlite").resolve()
+    assert keyed.bank_file(str(allowed / "team.json")) == (allowed / "team.json").resolve()
+    keyless = ToolHost(AmbConfig(storage_dir=storage), None, lambda *a, **k: None)
+    assert keyless.bank_file("tasks/0123abcd.sqlite") == (storage / "tasks" / "0123abcd.sqlite").resolve()
