@@ -47,7 +47,7 @@ def read_checkpoint(directory: str | Path, embedder: Embedder, notices: list[str
     store = MemoryStore.from_payload(raw.get("bank"), embedder, path, notices)
     try:
         state = run_state(raw["run"])
-        usage = {str(agent): {k: int(v) for k, v in counts.items()} for agent, counts in raw["usage"].items()}
+        usage = usage_counts(raw["usage"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BankFileError(f"{path}: invalid checkpoint run state ({type(exc).__name__}: {exc})") from None
     if store.insight_doc is None or store.insight_doc.doc_id != state.doc_id:
@@ -67,6 +67,12 @@ def run_record(state: RunState) -> dict[str, Any]:
     run = asdict(state)
     run["retried"] = sorted(state.retried)
     return run
+
+
+def usage_counts(usage: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """LM usage by agent as a record holds it (``UsageMeter.usage()`` written as JSON), its counts whole numbers
+    (TypeError, ValueError or AttributeError when it is not one)."""
+    return {str(agent): {str(k): int(v) for k, v in counts.items()} for agent, counts in usage.items()}
 
 
 def run_state(run: dict[str, Any]) -> RunState:

@@ -90,7 +90,8 @@ class TaskSession(TaskMemory):
                                   task_goal=lambda: self.store.insight_doc.task_goal)
         self.memory_adapter = MemoryAdapter(store, k=config.retrieval.retrieval_k,
                                             alpha=config.retrieval.retrieval_alpha,
-                                            view=config.view.memory_view, budget=config.view.memory_tokens, weights=config.view.rank_weights)
+                                            view=config.view.memory_view, budget=config.view.memory_tokens,
+                                            weights=config.view.rank_weights)
         self.memory = MemoryWriter(store, config, self.runner, self.emit)
         self.tool_cache = ToolCache(store, enabled=config.tools.tool_cache,
                                     max_observation_chars=config.tools.max_observation_chars)
@@ -180,7 +181,7 @@ class TaskSession(TaskMemory):
         """Go on from :meth:`snapshot` (a session just made on the same store); KeyError, TypeError or ValueError
         when it is not one."""
         self.state = checkpoint.run_state(snapshot["run"])
-        self.meter.restore({str(agent): {k: int(v) for k, v in counts.items()} for agent, counts in snapshot["usage"].items()})
+        self.meter.restore(checkpoint.usage_counts(snapshot["usage"]))
         self.tool_cache.restore(snapshot["cache"])
         self._new_nodes = [self.store.graph.node(i) for i in snapshot["new_nodes"] if i in self.store.graph]
         self.namespace = str(snapshot["namespace"])
