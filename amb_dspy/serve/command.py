@@ -20,6 +20,13 @@ EMBEDDER_HELP = ("the embedder (AMB_EMBEDDER): local (the bundled all-MiniLM-L6-
                  "(openai/text-embedding-3-small); a bank made with another one is embedded again on load")
 
 
+def fail(line: str, code: int = 1) -> None:
+    """End a command of the server's (``amb serve``, ``amb keys``) before it serves: ``error: LINE`` on stderr, exit
+    ``code`` (1: it could not start; 2: a bad flag or setting)."""
+    typer.echo(f"error: {line}", err=True)
+    raise typer.Exit(code) from None
+
+
 def serve_command(
     http: int | None = typer.Option(None, "--http", min=1, max=65535, help="serve streamable HTTP on this port (path /mcp) instead of stdio"),
     host: str = typer.Option("127.0.0.1", "--host", help="the address to listen on with --http (default: this machine only)"),
@@ -57,14 +64,11 @@ def serve_command(
                 raise InputError(f"--allow-dir {folder}: no such folder")
         bank = MemoryBank(config, compiled=compiled)
     except ImportError as exc:
-        typer.echo(f"error: {one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'", err=True)
-        raise typer.Exit(1) from None
+        fail(f"{one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'")
     except UserError as exc:
-        typer.echo(f"error: {one_line(exc)}", err=True)
-        raise typer.Exit(1) from None
+        fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - a bad flag or setting ends in one line before serving
-        typer.echo(f"error: {type(exc).__name__}: {one_line(exc)}", err=True)
-        raise typer.Exit(1) from None
+        fail(f"{type(exc).__name__}: {one_line(exc)}")
     if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM
         print(f"note: {bank.notice}", file=sys.stderr, flush=True)  # stdout is the protocol's, under stdio
     where = f"http://{host}:{http}/mcp" if http else "stdio"
@@ -88,11 +92,9 @@ def _http_keys(host: str, allow_host: list[str], storage_dir: Path):
         names = allowed_hosts(host, allow_host)
         keyed = check_keys_for(host, store)
     except ImportError as exc:
-        typer.echo(f"error: {one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'", err=True)
-        raise typer.Exit(1) from None
+        fail(f"{one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'")
     except InputError as exc:
-        typer.echo(f"error: {one_line(exc)}", err=True)
-        raise typer.Exit(2) from None
+        fail(one_line(exc), code=2)
     asked = f"a key ({store.path}; amb keys list)" if keyed else "no key (loopback; amb keys create to ask one)"
     print(f"amb serve: HTTP calls need {asked}; Host header one of {', '.join(names)} (--allow-host adds one)",
           file=sys.stderr, flush=True)
@@ -107,8 +109,7 @@ def _settings(**overrides):
     try:
         return checked_config(**overrides)
     except ConfigError as exc:
-        typer.echo(f"error: {one_line(exc)}", err=True)
-        raise typer.Exit(2) from None
+        fail(one_line(exc), code=2)
 
 
 def client_config(client: str, flags: list[str]) -> str:
@@ -116,8 +117,7 @@ def client_config(client: str, flags: list[str]) -> str:
     over stdio: the ``amb`` of this install by its absolute path (or this Python with ``-m amb_dspy.cli``), so
     it works whatever the client's PATH. Both clients read the same ``mcpServers`` shape."""
     if client not in CLIENT_CONFIG_FILES:
-        typer.echo(f"error: --print-config takes {' or '.join(CLIENT_CONFIG_FILES)}, not {client!r}", err=True)
-        raise typer.Exit(2)
+        fail(f"--print-config takes {' or '.join(CLIENT_CONFIG_FILES)}, not {client!r}", code=2)
     amb = Path(sys.executable).parent / "amb"
     command, args = (str(amb), ["serve", *flags]) if amb.is_file() else (sys.executable, ["-m", "amb_dspy.cli", "serve", *flags])
     typer.echo(f"# add this to {CLIENT_CONFIG_FILES[client]}", err=True)

@@ -16,15 +16,14 @@ def _with_store(call: Callable[[Any], None]) -> None:
     """``call(store)`` on the configured storage folder's key store; a bad setting exits 2, bad input 1, in one
     line each."""
     from amb_dspy.errors import UserError, one_line
-    from amb_dspy.serve.command import _settings
+    from amb_dspy.serve.command import _settings, fail
     from amb_dspy.serve.keys import SqliteKeyStore
 
     store = SqliteKeyStore.in_folder(_settings().paths.storage_dir)
     try:
         call(store)
     except UserError as exc:
-        typer.echo(f"error: {one_line(exc)}", err=True)
-        raise typer.Exit(1) from None
+        fail(one_line(exc))
 
 
 @keys_app.command("create")
