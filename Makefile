@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip setuptools wheel
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,mcp,pydantic-ai,langgraph,dev]"
+	$(BIN)/python -m pip install --quiet -e ".[local,optimize,longterm,mcp,pydantic-ai,langgraph,postgres,dev]"
 	$(BIN)/python -m amb_dspy.retrieval.onnx_embedding  # the embedding model exported to ONNX once, and its int8 copy, into AMB_CACHE_DIR
 	touch $@
 

@@ -56,3 +56,35 @@ def conversation():
     from optimize.locomo import load_locomo
 
     return load_locomo(f"locomo:{LOCOMO / '30.json'}")[0]
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throwaway PostgreSQL cluster for the whole test session (tests/postgres_server.py); skipped, with the
+    reason, on a machine without PostgreSQL or psycopg."""
+    from postgres_server import PostgresServer, skip_reason
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer().start()
+    yield server
+    from amb_dspy.storage.postgres import close_pools
+
+    close_pools()
+    server.stop()
+
+
+@pytest.fixture
+def database_url(postgres_server):
+    """The URL of a fresh, empty database on the session's PostgreSQL server."""
+    return postgres_server.new_database()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_backend(request):
+    """Where a store test keeps its memory: ``"sqlite"`` (files under tmp_path), or a fresh PostgreSQL database's
+    URL; one suite, two backends."""
+    if request.param == "sqlite":
+        return "sqlite"
+    return request.getfixturevalue("database_url")

@@ -237,6 +237,8 @@ class PathSettings(Section):
     """Where the bank keeps its files."""
 
     storage_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "storage")  # AMB_STORAGE_DIR
+    database_url: str = Field("", description="a PostgreSQL server, postgresql://user@host:port/db, that holds named "
+                              "banks, the server's tasks and keys (AMB_DATABASE_URL); empty: files under storage_dir")
     checkpoint_dir: Path | None = Field(None, description="write a checkpoint here after every loop (amb run --resume)")
     temp_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "temp")  # AMB_TEMP_DIR
     cache_dir: Path = Field(default_factory=lambda: user_cache_dir() / "amb-dspy",
