@@ -161,7 +161,7 @@ class MemoryBank:
         session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
         for notice in load_notices:
             session.notify(notice)
-        for notice in session.recall(task):  # earlier tasks' items for the task (config.recall)
+        for notice in session.memory.recall(task):  # earlier tasks' items for the task (config.recall)
             session.emit("notice", notice)
         with session.meter.counting():
             loop = self._loop(session)
@@ -170,7 +170,7 @@ class MemoryBank:
             termination = loop.run(context)
         result = self._result(session, termination, started)
         if self.config.longterm.remember:  # what the route keeps of the finished task, into long-term memory
-            result.notices.extend(session.remember(result.answer, result.citations))
+            result.notices.extend(session.memory.remember_longterm(result.answer, result.citations))
         return result
 
     def resume(self, directory: str | Path) -> RunResult:
@@ -206,7 +206,7 @@ class MemoryBank:
         parts = [(part.text, part.name, part.date) for part in dated_sessions(NamedDocument(name, context, date))]
         with session.meter.counting():
             try:
-                conversions = [c for c in session.memory.add_documents(state, parts) if c is not None]
+                conversions = [c for c in session.memory.add_documents(parts) if c is not None]
                 added = bool(conversions)
                 replaced = any(c.entry is not None and "supersedes" in c.entry.metadata for c in conversions)
             except LMCallCapReached as exc:
@@ -354,7 +354,7 @@ class MemoryBank:
             notices=state.notices,
             fallbacks=dict(state.fallbacks),
             hops=[hop.model_dump(mode="json") for hop in store.hops],
-            citations=[session.citation(node_id) for node_id in state.citations if node_id in store.graph],
+            citations=[session.memory.citation(node_id) for node_id in state.citations if node_id in store.graph],
             extractive=state.extractive,
             seconds=round(time.monotonic() - started, 3),
         )

@@ -49,7 +49,7 @@ def main() -> None:
         started = time.perf_counter()
         session.context(1000)
         row[f"first_context_s_after_{think:g}s"] = round(time.perf_counter() - started, 3)
-    view, times = session.memory_adapter.view, []
+    view, times = session.memory.adapter.view, []
     for question in questions[1:]:
         started = time.perf_counter()
         view.block(question, 1000)

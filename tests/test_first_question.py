@@ -122,7 +122,7 @@ def test_a_task_started_on_a_bank_lays_out_its_lines_before_its_first_request(em
     assert not amb.start_session(QUESTIONS[0]).busy  # an empty task has nothing to lay out
     session = amb.start_session(QUESTIONS[0], bank=path)
     session.submit(lambda: None).result()  # queued after what the start queued
-    view = session.memory_adapter.view
+    view = session.memory.adapter.view
     reference = type(view)(Ranking(MemoryStore.load(path, embedder)))
     assert len(view.ranking.line_index.lines) == len(reference.ranking.line_index.refresh()) > 0
     assert all(view.block(question, 200) == reference.block(question, 200) for question in QUESTIONS)
@@ -135,5 +135,5 @@ def test_a_task_views_its_memory_as_its_settings_say(embedder, tmp_path):
     for name, kind in VIEWS.items():
         config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", recall=False,
                            memory_view=name, rank_weights=weights)
-        view = MemoryBank(config, embedder=embedder).start_session(QUESTIONS[0]).memory_adapter.view
+        view = MemoryBank(config, embedder=embedder).start_session(QUESTIONS[0]).memory.adapter.view
         assert type(view) is kind and view.ranking.weights == weights

@@ -131,8 +131,8 @@ def test_a_capable_lm_keeps_the_full_loop_and_says_so(config, embedder):
 def test_every_door_gets_the_strategy_an_outside_agents_session_included(config, embedder):
     bank = MemoryBank(config, lm=tiny_lm(), embedder=embedder)
     session = bank.start_session(RIVER_GOAL)
-    assert session.config.strategy == "direct" and session.runner.policy == "heuristic"
-    assert MemoryBank(config, lm=ScriptedLM(), embedder=embedder).start_session(RIVER_GOAL).runner.policy == "auto"
+    assert session.config.strategy == "direct" and session.memory.runner.policy == "heuristic"
+    assert MemoryBank(config, lm=ScriptedLM(), embedder=embedder).start_session(RIVER_GOAL).memory.runner.policy == "auto"
 
 
 def test_a_tiny_lm_is_shown_the_lines_that_cover_every_part_of_the_goal():

@@ -7,6 +7,8 @@ module                      what it holds
                             indexes, together (transactions), and exports them
 ``writer``                  :class:`MemoryWriter`: memory conversion (classify -> structure -> analyse),
                             merges after cross-validation, documents added to a bank
+``written``                 what the writer takes and returns as plain values (``ToolResponse``,
+                            ``Conflict``, ``Written``): it knows no task
 ``conversion_budget``       what one observation may cost: the passages converted, the rest kept raw
 ``view``                    what ``<memory>`` shows at a token budget (summaries, or evidence lines)
 ``dates``                   relative dates resolved against a line's date, at ingest

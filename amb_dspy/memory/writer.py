@@ -1,17 +1,21 @@
 """Memory conversion (spec §4.3) and conflict resolution (§4.4): text becomes nodes, nodes are related
 to what retrieval finds for them, and checked conflicts are merged.
 
-:class:`MemoryWriter` holds no state of its own between calls: the store is the memory, the run state
-carries the conflict queue and the errors, and every agent is called through the task's
-:class:`~amb_dspy.agents.runner.AgentRunner` (which decides LM or policy, sets the agent's LM and meters it).
+:class:`MemoryWriter` holds no state of its own between calls: the store is the memory, and every agent is
+called through the task's :class:`~amb_dspy.agents.runner.AgentRunner` (which decides LM or policy, sets the
+agent's LM and meters it). It takes plain inputs (texts, tool responses as
+:class:`~amb_dspy.memory.written.ToolResponse`, a :class:`~amb_dspy.memory.written.Conflict`) and returns
+what each call did as a :class:`~amb_dspy.memory.written.Written` (conversions, errors, conflicts found,
+notices): the task takes that into its run state; the writer knows nothing of tasks.
 """
 
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from amb_dspy.agents import AgentError, NeighborInfo, NodeInfo, NodeWithNeighbors
 from amb_dspy.agents.classification import Cluster
@@ -22,11 +26,12 @@ from amb_dspy.lm import LMCallCapReached
 from amb_dspy.memory.conversion_budget import budget_observation
 from amb_dspy.memory.dates import resolve_dates
 from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.written import Conflict, Conversion, ToolResponse, Written, knowledge_text
 from amb_dspy.retrieval.embedding import remember_vectors
 from amb_dspy.storage import ContextUpdate, InteractionEntry, NodeContent, QueryGraphNode
-from amb_dspy.task.adapter import knowledge_text, validation_text
-from amb_dspy.task.executor import ExecutionResult, ToolCall
-from amb_dspy.task.state import MAX_VALIDATION_CHARS, Conflict, RunState
+
+# How much of a cross-validation (answer + tool responses) the integration agent is shown.
+MAX_VALIDATION_CHARS = 12_000
 
 
 def node_info(node: QueryGraphNode) -> NodeInfo:
@@ -35,40 +40,46 @@ def node_info(node: QueryGraphNode) -> NodeInfo:
     return NodeInfo(id=node.id, summary=node.summary, context=node.context, keywords=list(node.keywords))
 
 
-class Conversion(NamedTuple):
-    """What memory conversion did: the new nodes, a failure reason ("" on success; a failed analysis leaves
-    the nodes in place) and the entry that holds the text (None when there was nothing to keep)."""
-
-    nodes: list[QueryGraphNode]
-    failure: str
-    entry: InteractionEntry | None
-
-    @property
-    def remembered(self) -> InteractionEntry | None:
-        """The entry, when the text became memory rather than being kept raw after a failure."""
-        return self.entry if self.entry is not None and "conversion_failed" not in self.entry.metadata else None
+@contextlib.contextmanager
+def until_capped(written: Written) -> Iterator[None]:
+    """Run part of a write; the LM call cap, when it stops it, is kept in ``written.stopped`` (the task raises
+    it after taking in what was written before) rather than losing what the call had found."""
+    try:
+        yield
+    except LMCallCapReached as exc:
+        written.stopped = exc
 
 
 class MemoryWriter:
     """Writes one run's findings into its store through the memory agents."""
 
-    def __init__(self, store: MemoryStore, config: AmbConfig, runner: AgentRunner, emit: Callable[[str], None]):
+    def __init__(self, store: MemoryStore, config: AmbConfig, runner: AgentRunner, emit: Callable[..., None]):
         self.store, self.config = store, config
         self.runner, self._emit = runner, emit
         self._agent = runner.call
 
+    @staticmethod
+    def _one(write: Callable[..., Conversion], *args: Any) -> Written:
+        """What a call that writes one text did: its conversion and what it found (see :func:`until_capped`)."""
+        written = Written()
+        with until_capped(written):
+            written.conversions.append(write(written, *args))
+        return written
+
     # --- memory conversion (§4.3) ------------------------------------------------------------
-    def convert(self, state: RunState, text: str, metadata: dict[str, Any],
-                 attachments: list = ()) -> Conversion:
+    def convert(self, text: str, metadata: dict[str, Any], attachments: list = ()) -> Written:
         """Turn text into nodes (classification -> structure -> add -> retrieve -> analysis) and an entry.
 
         If classification or structure fails, no node is added, but the text is still kept as an
         interaction entry (marked ``conversion_failed``).
         """
+        return self._one(self._convert, text, metadata, attachments)
+
+    def _convert(self, written: Written, text: str, metadata: dict[str, Any], attachments: list = ()) -> Conversion:
         try:
             pieces = self._classify_structure(text, [0])
         except AgentError as exc:
-            state.errors.append(str(exc))
+            written.errors.append(str(exc))
             return Conversion([], str(exc), self.keep_raw(text, metadata, str(exc), attachments))
         except LMCallCapReached as exc:  # the run stops, the text stays
             self.keep_raw(text, metadata, str(exc), attachments)
@@ -78,21 +89,22 @@ class MemoryWriter:
             entry = self.store.record_entry(InteractionEntry(text=text, metadata=metadata, attachments=tuple(attachments)),
                                     [n.id for n in nodes],
                                     spans={node.id: spans for node, (_, _, spans) in zip(nodes, pieces)})
-        return Conversion(nodes, self._analyse_new(state, nodes), entry)
+        return Conversion(nodes, self._analyse_new(written, nodes), entry)
 
-    def add_document(self, state: RunState, text: str, name: str, date: str = "") -> Conversion | None:
+    def add_document(self, text: str, name: str, date: str = "") -> Written:
         """Add one document to the store, new or already holding others: its own interaction entry (its
         ``name``, its ``date`` when given, its content hash), its nodes related by analysis to those already
-        there (:meth:`convert`). None, and nothing changed, when the store holds an entry with the same
-        content: re-adding an unchanged document is a no-op.
+        there (:meth:`convert`). Its conversion None, and nothing changed, when the store holds an entry with
+        the same content: re-adding an unchanged document is a no-op.
 
         A document of the same ``name`` with other content is an older version: the new entry names it
         (``metadata["supersedes"]``) and, once the new text is memory, the old version's nodes are marked
         superseded (:meth:`MemoryStore.supersede`): the tree and the graph keep both, readers prefer the new."""
-        return self.add_documents(state, [(text, name, date)])[0]
+        return self.add_documents([(text, name, date)])
 
-    def add_documents(self, state: RunState, documents: Sequence[tuple[str, str, str]]) -> list[Conversion | None]:
-        """:meth:`add_document` for each ``(text, name, date)`` in order (the sessions of one conversation).
+    def add_documents(self, documents: Sequence[tuple[str, str, str]]) -> Written:
+        """:meth:`add_document` for each ``(text, name, date)`` in order (the sessions of one conversation): a
+        conversion per document, None for one the store already held.
 
         When analysis is sequential (the heuristic policy, ``ingest_analysis="ordered"``) each document is a
         conversion of its own (:meth:`_convert_each`): the bank is the one the documents added one by one make.
@@ -106,21 +118,24 @@ class MemoryWriter:
             pending.append((text, metadata))
             seen.add(metadata["sha256"] if metadata else "")
         new = [(text, metadata) for text, metadata in pending if metadata is not None]
-        if self._sequential() or len(new) < 2:
-            converted = self._convert_each(state, new)
-        else:
-            converted = self._convert_together(state, new)
-            for conversion in converted:
-                self._supersede(conversion)
-        found = iter(converted)
-        return [None if metadata is None else next(found) for _, metadata in pending]
+        written = Written()
+        with until_capped(written):
+            if self._sequential() or len(new) < 2:
+                converted = self._convert_each(written, new)
+            else:
+                converted = self._convert_together(written, new)
+                for conversion in converted:
+                    self._supersede(conversion)
+            found = iter(converted)
+            written.conversions = [None if metadata is None else next(found) for _, metadata in pending]
+        return written
 
-    def _convert_each(self, state: RunState, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
+    def _convert_each(self, written: Written, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
         """Each document converted on its own, in order, superseding its older version once it is memory."""
         converted: list[Conversion] = []
         for i, (text, metadata) in enumerate(documents):
             try:
-                converted.append(self.convert(state, text, metadata))
+                converted.append(self._convert(written, text, metadata))
             except LMCallCapReached as exc:  # convert kept its own text raw; the later ones are kept raw here
                 for later, later_metadata in documents[i + 1:]:
                     self.keep_raw(later, later_metadata, str(exc))
@@ -151,7 +166,7 @@ class MemoryWriter:
             metadata["supersedes"] = previous.entry_id
         return metadata
 
-    def _convert_together(self, state: RunState, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
+    def _convert_together(self, written: Written, documents: list[tuple[str, dict[str, Any]]]) -> list[Conversion]:
         """One conversion of several documents: classified as one text (their texts a blank line apart) and
         structured in one batch, a topic that crosses from one document into the next cut there; each document
         its own entry holding its topics' nodes; all the new nodes analysed as one conversion's."""
@@ -160,7 +175,7 @@ class MemoryWriter:
         try:
             pieces = self._classify_structure("\n\n".join(texts), starts)
         except AgentError as exc:
-            state.errors.append(str(exc))
+            written.errors.append(str(exc))
             return [Conversion([], str(exc), self.keep_raw(text, metadata, str(exc))) for text, metadata in documents]
         except LMCallCapReached as exc:  # the run stops, the texts stay
             for text, metadata in documents:
@@ -173,7 +188,7 @@ class MemoryWriter:
                 [node.id for node, (k, _, _) in zip(nodes, pieces) if k == i],
                 spans={node.id: spans for node, (k, _, spans) in zip(nodes, pieces) if k == i})
                 for i, (text, metadata) in enumerate(documents)]
-        failure = self._analyse_new(state, nodes)
+        failure = self._analyse_new(written, nodes)
         return [Conversion([node for node, (k, _, _) in zip(nodes, pieces) if k == i], failure, entry)
                 for i, entry in enumerate(entries)]
 
@@ -189,7 +204,7 @@ class MemoryWriter:
         return [(k, NodeContent(summary=s.summary, context=c.context, keywords=list(c.keywords)), spans)
                 for (k, c, spans), s in zip(cut, structured)]
 
-    def convert_calls(self, state: RunState, calls: Sequence[ToolCall], metadata: dict[str, Any]) -> Conversion:
+    def convert_calls(self, calls: Sequence[ToolResponse], metadata: dict[str, Any]) -> Written:
         """Memory conversion of tool responses at a bounded cost: the one door for the bank's loop and for
         outside agents' observations alike.
 
@@ -199,23 +214,26 @@ class MemoryWriter:
         into an entry of its own that names the raw one (``excerpt_of``). The returned entry is the one
         holding the whole text, so a repeated call is answered from it.
         """
+        return self._one(self._convert_calls, calls, metadata)
+
+    def _convert_calls(self, written: Written, calls: Sequence[ToolResponse], metadata: dict[str, Any]) -> Conversion:
         text = knowledge_text(calls)
         doc = self.store.insight_doc
         goal = f"{doc.task_goal} {doc.current_task or ''}"
         budgeted = [budget_observation(c.observation, goal, self.config.tools.max_convert_chars) for c in calls]
         notice = "; ".join(dict.fromkeys(b.notice for b in budgeted if b.notice))
         if not notice:
-            return self.convert(state, text, metadata)
+            return self._convert(written, text, metadata)
         raw = self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "kept_raw": notice}))
-        state.notices.append(f"{_calls_label(calls)}: {notice}")
-        self._emit("notice", state.notices[-1])
+        written.notices.append(f"{_calls_label(calls)}: {notice}")
+        self._emit("notice", written.notices[-1])
         excerpt = "\n\n".join(b.text for b in budgeted if b.text)
         if not excerpt:
             return Conversion([], "", raw)
-        converted = self.convert(state, excerpt, {**metadata, "excerpt_of": raw.entry_id})
+        converted = self._convert(written, excerpt, {**metadata, "excerpt_of": raw.entry_id})
         return converted._replace(entry=raw if converted.remembered is not None else converted.entry)
 
-    def _analyse_new(self, state: RunState, nodes: list[QueryGraphNode]) -> str:
+    def _analyse_new(self, written: Written, nodes: list[QueryGraphNode]) -> str:
         """Spec §4.3 steps 4-6 for the new nodes of one conversion; returns the last failure reason, or "".
 
         Each node is related to what retrieval finds for it among the nodes that existed before it (the
@@ -233,7 +251,7 @@ class MemoryWriter:
         if self._sequential():
             failure = ""
             for node, exclude in zip(nodes, exclusions):
-                failure = self.analyse(state, node, exclude) or failure
+                failure = self._analyse(written, node, exclude) or failure
             return failure
         found = [(node, self._candidates(node, exclude)) for node, exclude in zip(nodes, exclusions)]
         found = [(node, candidates) for node, candidates in found if candidates]
@@ -247,7 +265,7 @@ class MemoryWriter:
             if isinstance(verdict, str):
                 failure = verdict
                 continue
-            self._apply(state, node, verdict)
+            self._apply(written, node, verdict)
         return failure
 
     def _sequential(self) -> bool:
@@ -280,15 +298,15 @@ class MemoryWriter:
         return self.store.record_entry(InteractionEntry(text=text, metadata={**metadata, "conversion_failed": reason},
                                                         attachments=tuple(attachments)))
 
-    def analyse(self, state: RunState, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
+    def _analyse(self, written: Written, node: QueryGraphNode, exclude: set[str], round: int = 0) -> str:
         """Relate a node to what retrieval finds for it; returns a failure reason or ""."""
         candidates = self._candidates(node, exclude)
         if not candidates:
             return ""
         verdict = self.runner.try_call("analysis", **self._alone(node_info(node), [node_info(c) for c in candidates]))
-        return verdict if isinstance(verdict, str) else self._apply(state, node, verdict, round)
+        return verdict if isinstance(verdict, str) else self._apply(written, node, verdict, round)
 
-    def _apply(self, state: RunState, node: QueryGraphNode, verdict, round: int = 0) -> str:
+    def _apply(self, written: Written, node: QueryGraphNode, verdict, round: int = 0) -> str:
         """Act on an analysis verdict in the spec's order of kinds: a conflict is queued, a related pair linked."""
         for rel in verdict.relationships:
             other = rel.existing_node_id
@@ -296,9 +314,9 @@ class MemoryWriter:
                 continue
             if rel.relationship == "conflict":
                 if round >= self.config.loops.max_merge_rounds:
-                    state.errors.append(f"conflict between {node.id} and {other} left unresolved: merge round cap reached")
+                    written.errors.append(f"conflict between {node.id} and {other} left unresolved: merge round cap reached")
                     continue
-                state.conflicts.append(Conflict([node.id, other], rel.conflict_description or rel.reasoning, round))
+                written.conflicts.append(Conflict([node.id, other], rel.conflict_description or rel.reasoning, round))
             elif rel.relationship == "related":
                 current = self.store.graph.node(node.id)
                 existing = self.store.graph.node(other)
@@ -311,14 +329,17 @@ class MemoryWriter:
         return ""
 
     # --- conflict resolution (§4.4) ----------------------------------------------------------
-    def resolve_conflict(self, state: RunState, result: ExecutionResult) -> tuple[list[QueryGraphNode], str]:
-        conflict, state.active = state.active, None
+    def resolve_conflict(self, conflict: Conflict, validation: str) -> Written:
+        """Merge ``conflict``'s nodes by what its cross-validation found (``validation``: its answer and the tool
+        responses behind it, recorded whole; the integration agent is shown its start); the merged node goes
+        back through analysis. Its conversion holds the merged node, or none when the nodes stay apart."""
+        return self._one(self._resolve, conflict, validation)
+
+    def _resolve(self, written: Written, conflict: Conflict, validation: str) -> Conversion:
         ids = [i for i in conflict.node_ids if i in self.store.graph]
-        validation = validation_text(result)  # recorded whole; the integration agent is shown its start
         metadata = {"source": "cross_validation", "merged_node_ids": ids, "conflict": conflict.description}
         if len(ids) < 2:
-            self.keep_raw(validation, metadata, "the conflicting nodes are no longer in the graph")
-            return [], ""
+            return Conversion([], "", self.keep_raw(validation, metadata, "the conflicting nodes are no longer in the graph"))
         nodes_to_merge = []
         for node_id in ids:
             node = self.store.graph.node(node_id)
@@ -331,16 +352,15 @@ class MemoryWriter:
             merged = self._agent("integration", nodes_to_merge=nodes_to_merge,
                                  validation_result=validation[:MAX_VALIDATION_CHARS])
         except AgentError as exc:
-            state.errors.append(str(exc))
-            self.keep_raw(validation, metadata, str(exc))
-            return [], str(exc)
+            written.errors.append(str(exc))
+            return Conversion([], str(exc), self.keep_raw(validation, metadata, str(exc)))
         except LMCallCapReached as exc:
             self.keep_raw(validation, metadata, str(exc))
             raise
         if merged.merged_node is None:  # not merged: both nodes stay, the conflict is recorded as unresolved
-            state.errors.append(f"conflict between {ids} left unresolved: {merged.interaction_tree_description}")
-            self.store.record_entry(InteractionEntry(text=validation, metadata={**metadata, "unresolved": True}), ids)
-            return [], ""
+            written.errors.append(f"conflict between {ids} left unresolved: {merged.interaction_tree_description}")
+            return Conversion([], "", self.store.record_entry(
+                InteractionEntry(text=validation, metadata={**metadata, "unresolved": True}), ids))
         with self.store.transaction():
             new, _event = self.store.merge_nodes(
                 ids,
@@ -348,10 +368,9 @@ class MemoryWriter:
                 description=merged.interaction_tree_description,
                 neighbour_updates=dict(merged.neighbor_updates),
             )
-            self.store.record_entry(InteractionEntry(text=validation, metadata=metadata), [new.id])
+            entry = self.store.record_entry(InteractionEntry(text=validation, metadata=metadata), [new.id])
         # The merged node goes back through retrieval and analysis, its inherited neighbours excluded.
-        failure = self.analyse(state, new, exclude=set(new.links), round=conflict.round + 1)
-        return [new], failure
+        return Conversion([new], self._analyse(written, new, exclude=set(new.links), round=conflict.round + 1), entry)
 
 
 
@@ -374,6 +393,6 @@ def structure_batch(cut: Sequence[tuple[int, Cluster, list[tuple[int, int]]]]) -
     return [ClusterText(content=c.content, context=c.context, keywords=list(c.keywords)) for _, c, _ in cut]
 
 
-def _calls_label(calls: Sequence[ToolCall]) -> str:
+def _calls_label(calls: Sequence[ToolResponse]) -> str:
     """Which tool calls a notice is about, e.g. ``search, visit``."""
     return ", ".join(dict.fromkeys(c.name for c in calls)) or "tool response"

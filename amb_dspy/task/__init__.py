@@ -3,9 +3,11 @@
 ========================  ==============================================================================
 module                    what it holds
 ========================  ==============================================================================
-``session``               :class:`TaskSession`: the task's store, writer, adapter, tool cache and journal,
-                          meter, run state, images; checkpoint (``save``/``load``); the outside interface
-``memory``                the operations the loop and outside agents share (plan, remember, conflicts...)
+``session``               :class:`TaskSession`: holds the task's memory; its tool journal, meter, progress;
+                          checkpoint (``save``/``load``); the outside interface
+``memory``                :class:`TaskMemory`: the task's memory, its parts (store, state, runner, writer,
+                          adapter, tool cache) built in one place, and the operations the loop and outside
+                          agents share (tool results into memory, plan, conflicts, recall, remember)
 ``loop``                  :class:`TaskLoop`: the spec's loop over a session and an executor
 ``answering``             the answer agent's two places in the loop (the fast path, the last answer)
 ``checkpoint``            the checkpoint file of a task

@@ -5,8 +5,9 @@ task kinds, nothing else.
   search for the pending task) into the executor's prompt, spec §6.3.
 * ``intercept_context`` tells what the executed task was: NORMAL, CROSS_VALIDATE or IMAGE (a
   :class:`~amb_dspy.storage.TaskKind`, read from the typed pending task, never from its text).
-* The texts the memory agents are given about an execution (its tool responses, a cross-validation,
-  an image recognition) and the recognition task's wording are written here too.
+* The texts the memory agents are given about an execution (a cross-validation, an image recognition) and
+  the recognition task's wording are written here too; tool responses become one text in the writer's own
+  terms (:func:`amb_dspy.memory.written.knowledge_text`).
 
 Staging image files lives in :mod:`amb_dspy.task.images`.
 """
@@ -20,14 +21,14 @@ from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import MemoryView, RankWeights, ViewName, view_for
 from amb_dspy.storage import InsightDoc, PendingTask, QueryGraphNode, TaskKind
-from amb_dspy.task.executor import ExecutionResult, ToolCall
+from amb_dspy.task.executor import ExecutionResult
 
 IMAGE_TASK_PREFIX = "Recognise the attached image"  # the wording; the kind is the task's own
 NO_MEMORY = "No related memory yet."
 
 __all__ = [
     "IMAGE_TASK_PREFIX", "NO_MEMORY", "InputError", "MemoryAdapter", "PromptBlocks", "format_memory", "format_task",
-    "image_task", "knowledge_text", "recognition_text", "validation_text",
+    "image_task", "recognition_text", "validation_text",
 ]
 
 
@@ -67,11 +68,6 @@ def image_task(image_names: Sequence[str]) -> PendingTask | None:
         return None
     return PendingTask(kind=TaskKind.IMAGE, description=f"{IMAGE_TASK_PREFIX}s ({', '.join(image_names)}) and "
                                                         "describe what they show that bears on the goal")
-
-
-def knowledge_text(calls: Sequence[ToolCall]) -> str:
-    """What an execution's tool responses say, as one text for memory conversion."""
-    return "\n\n".join(call.observation for call in calls)
 
 
 def recognition_text(goal: str, answer: str) -> str:

@@ -61,7 +61,7 @@ def answered_from_memory(session: TaskSession) -> bool:
         return False
     session.emit("answer", "from memory first")
     before = session.meter.total()
-    output = session.runner.judge_memory(doc.task_goal, session.memory_adapter.memory_text(doc))
+    output = session.memory.runner.judge_memory(doc.task_goal, session.memory.adapter.memory_text(doc))
     cited = resolved(session, output.cited_node_ids) if output else []
     sufficient = bool(output and output.sufficient and cited and accepted(session, output.answer, doc, "the fast path"))
     if output is not None:  # the verdict, for planning and the record (a failed call taught nothing)
@@ -93,8 +93,8 @@ def last_answer(session: TaskSession, doc: InsightDoc) -> None:
     """The executor's final pass gave no answer: the answer agent alone, else the earlier answer, else the
     extractive answer (see module docstring); the runner decides which and counts it."""
     state = session.state
-    memory = session.memory_adapter.memory_text(doc)
-    given = session.runner.last_answer(doc.task_goal, memory, answered=bool(state.answer))
+    memory = session.memory.adapter.memory_text(doc)
+    given = session.memory.runner.last_answer(doc.task_goal, memory, answered=bool(state.answer))
     if given is None:
         return
     output, extractive = given
@@ -104,7 +104,7 @@ def last_answer(session: TaskSession, doc: InsightDoc) -> None:
             return
         if state.answer:  # the earlier answer stands
             return
-        output = session.runner.extract(doc.task_goal, memory)
+        output = session.memory.runner.extract(doc.task_goal, memory)
     if output.answer:
         state.answer, state.citations, state.extractive = output.answer, resolved(session, output.cited_node_ids), True
 
@@ -113,7 +113,7 @@ def evidence_text(session: TaskSession, doc: InsightDoc) -> str:
     """What an answer of the task may rest on: ``<memory>`` for the goal (long-term items included) and every
     raw text the task keeps (its context, the tools' responses) in the Interaction Tree."""
     raw = [entry.text for entry in session.store.tree.entries.values()]
-    memory = session.memory_adapter.memory_text(doc)
+    memory = session.memory.adapter.memory_text(doc)
     return "\n".join([memory.replace(NO_MEMORY, ""), *raw])
 
 

@@ -45,10 +45,10 @@ class DirectAnswer(TaskLoop):
     def work(self, context: str, resumed: bool) -> str:
         """Remember the context, search when memory falls short, answer once (the ending is
         :meth:`TaskLoop.run`'s)."""
-        session, state = self.session, self.state
+        session = self.session
         if not resumed and context.strip():
             session.emit("initialise")
-            session.memory.convert(state, context, {"source": "user_context"})
+            self.memory.convert(context, {"source": "user_context"})
         self.search_when_short()
         self.checkpoint()
         self.answer()
@@ -58,7 +58,7 @@ class DirectAnswer(TaskLoop):
         """The goal's content words that ``<memory>`` does not hold, in the goal's order (the ``searched``
         queries, which a search response repeats, are not counted as held)."""
         doc = self.store.insight_doc
-        memory = self.session.memory_adapter.memory_text(doc)
+        memory = self.memory.adapter.memory_text(doc)
         for query in searched:
             memory = memory.replace(query, " ")
         held = content_terms(memory)
@@ -86,7 +86,7 @@ class DirectAnswer(TaskLoop):
                 self.state.loops -= 1
                 return
             result = ExecutionResult("", list(self.executor.calls))
-            self.remember(result, doc)
+            self.convert_observations(result, doc)
             self.record_hop(doc, TaskKind.NORMAL, result, before)
             missing = self.missing_terms(searched)
             names = self.names_about()
@@ -97,7 +97,7 @@ class DirectAnswer(TaskLoop):
         """The names in ``<memory>`` (capitalised words the goal does not use): a bridge for a second search."""
         doc = self.store.insight_doc
         goal_terms = content_terms(doc.task_goal)
-        memory = self.session.memory_adapter.memory_text(doc)
+        memory = self.memory.adapter.memory_text(doc)
         names = [word.strip(".,;:'\"()") for word in memory.split() if word[:1].isupper()]
         return [name for name in dict.fromkeys(names) if name.isalpha() and name != "Memory" and len(name) > 2
                 and name.lower() not in STOPWORDS and stem(name.lower()) not in goal_terms][:MAX_NAMES]
@@ -108,19 +108,19 @@ class DirectAnswer(TaskLoop):
         (:func:`~amb_dspy.task.grounding.uncopied`); else those lines, quoted, are the answer."""
         session, state = self.session, self.state
         doc = revised(self.store.insight_doc)
-        memory = session.memory_adapter.memory_text(doc)
+        memory = self.memory.adapter.memory_text(doc)
         tiny = is_tiny(session.lms.for_agent("answer"))
         covering = covering_lines(memory, doc.task_goal) if tiny else []
         session.emit("answer", "from memory")
         before = session.meter.total()
-        output = session.runner.answer(doc.task_goal, _grouped(covering) or memory)
+        output = self.memory.runner.answer(doc.task_goal, _grouped(covering) or memory)
         shown = [line for line, _ in covering]
         answer = output.answer if output is not None and accepted(session, output.answer, doc, "the answer", shown) else ""
         self.record_hop(doc, TaskKind.ANSWER, ExecutionResult(answer), before)
         if answer:
             state.answer, state.citations = answer, self.supporting_nodes(answer)
             return
-        extract = session.runner.extract(doc.task_goal, memory, cover=tiny)
+        extract = self.memory.runner.extract(doc.task_goal, memory, cover=tiny)
         if extract.answer:
             state.answer, state.citations = extract.answer, resolved(session, extract.cited_node_ids)
             state.extractive = True
@@ -130,7 +130,7 @@ class DirectAnswer(TaskLoop):
         :data:`MAX_CITED`, none that shares nothing)."""
         terms = content_terms(answer)
         ranked = []
-        for node in self.session.memory_adapter.memory_for(self.store.insight_doc):
+        for node in self.memory.adapter.memory_for(self.store.insight_doc):
             sources = " ".join(text for *_, text in self.store.source_texts(node.id))
             shared = len(terms & content_terms(f"{node.summary} {node.context} {sources}"))
             if shared:

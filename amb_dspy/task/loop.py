@@ -1,7 +1,8 @@
 """The spec's loop (§4.1-4.2) over one task: initialise, execute a step, plan, stop, answer.
 
 :class:`TaskLoop` receives the task's :class:`~amb_dspy.task.session.TaskSession` and an executor, and
-works only through them: the session's store, memory writer, adapter, images, meter and agent runner.
+works only through them: the task's memory (``session.memory``, a :class:`~amb_dspy.task.memory.TaskMemory`:
+its store, writer, adapter, tool cache, agent runner, run state, images) and the session's meter and LMs.
 It formats no prompt text (the adapter does) and decides no LM-or-policy question (the runner does).
 Answering from memory, first and as the last resort, is :mod:`amb_dspy.task.answering`::
 
@@ -24,6 +25,7 @@ import dspy
 from amb_dspy.agents.fallback.planning import pending_after_failure
 from amb_dspy.errors import one_line
 from amb_dspy.lm import LMCallCapReached
+from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import (
     Hop,
     HopCall,
@@ -34,7 +36,7 @@ from amb_dspy.storage import (
     TaskKind,
     TaskStatus,
 )
-from amb_dspy.task.adapter import knowledge_text, recognition_text
+from amb_dspy.task.adapter import recognition_text
 from amb_dspy.task.answering import (
     EXTRACTIVE_TERMINATION,
     FAST_TERMINATION,
@@ -44,7 +46,7 @@ from amb_dspy.task.answering import (
 )
 from amb_dspy.task.executor import ExecutionResult, Executor, citations
 from amb_dspy.task.session import TaskSession
-from amb_dspy.task.state import revised
+from amb_dspy.task.state import RunState, revised
 from amb_dspy.task.tool_failures import note_tool_calls, tool_termination
 
 __all__ = ["TaskLoop"]
@@ -55,16 +57,20 @@ class TaskLoop:
 
     def __init__(self, session: TaskSession, executor: Executor):
         self.session, self.executor = session, executor
-        self.state = session.state
+        self.memory = session.memory
 
     @property
-    def store(self):
-        return self.session.store
+    def state(self) -> RunState:
+        return self.memory.state
+
+    @property
+    def store(self) -> MemoryStore:
+        return self.memory.store
 
     def run(self, context: str = "", resumed: bool = False) -> str:
         """Work the task (:meth:`work`) and say how it ended: the LM-call cap, an extractive answer, no answer
         and sources that all failed are each an ending of their own; the task's staged images are removed."""
-        session, state = self.session, self.state
+        memory, state = self.memory, self.state
         termination = "running"
         try:
             termination = self.work(context, resumed)
@@ -74,8 +80,8 @@ class TaskLoop:
             termination = "lm_call_cap"
             state.errors.append(str(exc))
         finally:
-            if session.images is not None:
-                session.images.cleanup(state.doc_id)
+            if memory.images is not None:
+                memory.images.cleanup(state.doc_id)
         if termination == "goal_met" and not state.answer:
             termination = "no_answer"  # the goal is met only by an answer
         return tool_termination(state, termination)  # nor by sources that all failed
@@ -103,11 +109,11 @@ class TaskLoop:
 
     def keep_unrecognised(self) -> None:
         """A text-only executor cannot recognise images: keep them as attachments and say so, before any LM call."""
-        session = self.session
-        names = ", ".join(image.original_name for image in session.images.pending_images(self.state.doc_id))
+        session, images = self.session, self.memory.images
+        names = ", ".join(image.original_name for image in images.pending_images(self.state.doc_id))
         model = getattr(session.lms.for_agent("executor"), "model", "the executor's LM")
         notice = f"{model} reads text only: image(s) {names} kept as attachments, not recognised"
-        attachments = session.images.store_images(self.state.doc_id)
+        attachments = images.store_images(self.state.doc_id)
         self.store.record_entry(InteractionEntry(
             text=f"Images attached to the task, not recognised: {names}",
             metadata={"source": "image", "recognised": False, "reason": notice}, attachments=tuple(attachments)))
@@ -119,41 +125,41 @@ class TaskLoop:
         new_nodes: list[QueryGraphNode] = []
         failure = ""
         if context.strip():
-            new_nodes, failure, _ = self.session.memory.convert(self.state, context, {"source": "user_context"})
+            new_nodes, failure, _ = self.memory.convert(context, {"source": "user_context"})
         if answered_from_memory(self.session):
             return
-        planned = self.session.plan_step(new_nodes, report="", failure=failure)
+        planned = self.memory.plan_step(new_nodes, report="", failure=failure)
         doc = self.store.insight_doc
         if (failure or not planned) and not doc.pending:  # planning's rule (its policy's) after a failure
             self.store.set_insight_doc(revised(doc, pending=pending_after_failure(doc)))
 
     def step(self) -> None:
-        session, state, doc = self.session, self.state, self.store.insight_doc
-        pending_images = session.images.pending_images(state.doc_id) if session.images is not None else []
-        kind = session.memory_adapter.intercept_context(doc, cross_validation=state.active is not None,
-                                                        images_staged=bool(pending_images))
+        session, memory, state, doc = self.session, self.memory, self.state, self.store.insight_doc
+        pending_images = memory.images.pending_images(state.doc_id) if memory.images is not None else []
+        kind = memory.adapter.intercept_context(doc, cross_validation=state.active is not None,
+                                                images_staged=bool(pending_images))
         session.emit("execute", f"{kind.value}: {doc.current_task or doc.task_goal}")
         images = [dspy.Image.from_path(str(i.temp_path)) for i in pending_images] if kind is TaskKind.IMAGE else None
         before = session.meter.total()
         try:
-            result = self.execute(session.prompt(doc), images)
+            result = self.execute(memory.prompt(doc), images)
         except Exception as exc:  # noqa: BLE001 - fails the task, not the run (the LM-call cap is a BaseException)
             self._failed_step(doc, kind, exc, before)
             return
         new_nodes: list[QueryGraphNode] = []
         failure = ""
         if kind is TaskKind.CROSS_VALIDATE:
-            new_nodes, failure = session.memory.resolve_conflict(state, result)
+            new_nodes, failure, _ = memory.resolve_conflict(result)
         elif kind is TaskKind.IMAGE:
-            attachments = session.images.store_images(state.doc_id)
-            new_nodes, failure, _ = session.memory.convert(state, recognition_text(doc.task_goal, result.answer),
-                                                           {"source": "image_recognition"}, attachments)
+            attachments = memory.images.store_images(state.doc_id)
+            new_nodes, failure, _ = memory.convert(recognition_text(doc.task_goal, result.answer),
+                                                   {"source": "image_recognition"}, attachments)
         else:
-            new_nodes, failure = self.remember(result, doc)
+            new_nodes, failure = self.convert_observations(result, doc)
             answer, _ = citations(result, self.store.graph.nodes_dict)
             if accepted(session, answer, doc, "a step"):  # else an earlier answer stands
                 state.answer = answer
-        session.plan_step(new_nodes, report=result.report(), failure=failure)
+        memory.plan_step(new_nodes, report=result.report(), failure=failure)
         self.record_hop(doc, kind, result, before)
 
     def _failed_step(self, doc: InsightDoc, kind: TaskKind, exc: Exception, before: dict[str, int]) -> None:
@@ -162,10 +168,10 @@ class TaskLoop:
         message = f"executor failed: {type(exc).__name__}: {one_line(exc)}"
         state.errors.append(message)
         if state.active is not None:  # the conflict is still there: check it again later
-            self.session.requeue(state.active)
+            self.memory.requeue(state.active)
             state.active = None
-        new_nodes, _ = self.remember(ExecutionResult("", list(self.executor.calls)), doc)
-        self.session.plan_step(new_nodes, report="", failure=message)
+        new_nodes, _ = self.convert_observations(ExecutionResult("", list(self.executor.calls)), doc)
+        self.memory.plan_step(new_nodes, report="", failure=message)
         self.record_hop(doc, kind, ExecutionResult("", list(self.executor.calls)), before)
 
     def final_answer(self) -> None:
@@ -177,15 +183,15 @@ class TaskLoop:
         session.emit("answer")
         before = session.meter.total()
         try:
-            result = self.execute(session.prompt(final_doc))
+            result = self.execute(self.memory.prompt(final_doc))
         except Exception as exc:  # noqa: BLE001 - the LM-call cap is a BaseException and passes through
             state.errors.append(f"final answer failed: {type(exc).__name__}: {one_line(exc)}")
-            self.remember(ExecutionResult("", list(self.executor.calls)), final_doc)
+            self.convert_observations(ExecutionResult("", list(self.executor.calls)), final_doc)
             result = None
         self.record_hop(final_doc, TaskKind.ANSWER, result or ExecutionResult("", list(self.executor.calls)), before)
         if result is not None:
             answer, cited = citations(result, self.store.graph.nodes_dict)
-            self.remember(result, final_doc)  # what the last pass looked up stays in memory too
+            self.convert_observations(result, final_doc)  # what the last pass looked up stays in memory too
             if accepted(session, answer, final_doc, "the executor's answer"):
                 state.answer, state.citations = answer, cited
                 return
@@ -219,16 +225,16 @@ class TaskLoop:
         except LMCallCapReached as exc:
             calls = ExecutionResult("", list(self.executor.calls)).knowledge
             if calls:
-                self.session.memory.keep_raw(knowledge_text(calls), self.session.tool_metadata(calls), str(exc))
+                self.memory.keep_raw_calls(calls, str(exc))
             raise
 
-    def remember(self, result: ExecutionResult, doc: InsightDoc) -> tuple[list[QueryGraphNode], str]:
+    def convert_observations(self, result: ExecutionResult, doc: InsightDoc) -> tuple[list[QueryGraphNode], str]:
         """Memory conversion of what an execution's tools returned (nothing when they returned nothing new)."""
         knowledge = result.knowledge
         if not knowledge:
             return [], ""
-        metadata = {**self.session.tool_metadata(knowledge, doc=doc), "answer": result.answer}
-        return self.session.remember_calls(knowledge, metadata)
+        metadata = {**self.memory.tool_metadata(knowledge, doc=doc), "answer": result.answer}
+        return self.memory.convert_calls(knowledge, metadata)
 
     def record_hop(self, doc: InsightDoc, kind: TaskKind, result: ExecutionResult, before: dict[str, int]) -> None:
         """The executed subtask as a hop: its tool calls, answer, success (as planning recorded it) and cost."""

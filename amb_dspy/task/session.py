@@ -12,11 +12,11 @@ supervisor, an MCP client) drives a session itself and hands it its tool results
     session.complete(task, "success", answer)
     session.export(path); session.close(remember=True)
 
-A session owns its task's store (graph, tree, indexes), memory writer, adapter, tool cache and tool
-journal, usage meter, run state, staged images and checkpoint (:meth:`save`, :meth:`load`). Every agent
-call goes through its :class:`~amb_dspy.agents.runner.AgentRunner`. The agents, their LMs and the
-embedding model are shared with the bank that started it and with its other sessions, so one bank runs
-many tasks at once. Public methods run on the task's own thread, one at a time and in order
+A session holds its task's memory (:class:`~amb_dspy.task.memory.TaskMemory`, ``session.memory``: the
+store, run state, agent runner, writer, adapter and tool cache, built there) and owns what is the session's
+own: the tool journal, usage meter, progress reports, keeper and thread, and the checkpoint (:meth:`save`,
+:meth:`load`). The agents, their LMs and the embedding model are shared with the bank that started it and
+with its other sessions, so one bank runs many tasks at once. Public methods run on the task's own thread, one at a time and in order
 (:mod:`amb_dspy.task.worker`); ``observe(..., wait=False)`` returns before its conversion is done.
 """
 
@@ -30,23 +30,20 @@ from typing import Any, Protocol
 
 import dspy
 
-from amb_dspy.agents.runner import AgentRunner
 from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, UsageMeter
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import export_bank
-from amb_dspy.memory.writer import MemoryWriter
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
-from amb_dspy.task.adapter import MemoryAdapter, PromptBlocks
+from amb_dspy.task.adapter import PromptBlocks
 from amb_dspy.task.executor import ExecutionResult, ToolCall, citations
 from amb_dspy.task.images import ImageStager
 from amb_dspy.task.inputs import MAX_NAME_CHARS, Observed, checked_text, start_store
 from amb_dspy.task.journal import ToolJournal, keep_unasked
 from amb_dspy.task.memory import TaskMemory
 from amb_dspy.task.state import ProgressEvent, RunState, revised
-from amb_dspy.task.tool_cache import ToolCache
 from amb_dspy.task.worker import TaskWorker, serial
 from amb_dspy.tools import DeepRetrievalTool
 
@@ -68,8 +65,8 @@ class TaskKeeper(Protocol):
         """The task was ended: record it, and where its bank is."""
 
 
-class TaskSession(TaskMemory):
-    """One task: its memory, its parts and its outside interface (see the module docstring).
+class TaskSession:
+    """One task: its memory, its own parts and its outside interface (see the module docstring).
 
     ``progress``: called with a :class:`~amb_dspy.task.state.ProgressEvent` at each phase; ``images``: the
     task's :class:`~amb_dspy.task.images.ImageStager` (None where no image can be attached); ``state``: the
@@ -80,21 +77,10 @@ class TaskSession(TaskMemory):
                  lms: AgentLMs, progress: Callable[[ProgressEvent], None] | None = None,
                  images: ImageStager | None = None, namespace: str | None = None, state: RunState | None = None):
         self.config, self.agents, self.embedder, self.lms = config, agents, embedder, lms
-        self.images = images
-        self.namespace = namespace or config.longterm.namespace
         self.owner: str | None = None  # the key that started it on a server with keys: its exports are its own
         self.progress = progress
-        self.store = store
-        self.state = state or RunState(doc_id=store.insight_doc.doc_id)
-        self.runner = AgentRunner(agents, lms, embedder, policy=config.models.policy, record=lambda: self.state,
-                                  task_goal=lambda: self.store.insight_doc.task_goal)
-        self.memory_adapter = MemoryAdapter(store, k=config.retrieval.retrieval_k,
-                                            alpha=config.retrieval.retrieval_alpha,
-                                            view=config.view.memory_view, budget=config.view.memory_tokens,
-                                            weights=config.view.rank_weights)
-        self.memory = MemoryWriter(store, config, self.runner, self.emit)
-        self.tool_cache = ToolCache(store, enabled=config.tools.tool_cache,
-                                    max_observation_chars=config.tools.max_observation_chars)
+        self.memory = TaskMemory(store, config=config, agents=agents, embedder=embedder, lms=lms, emit=self.emit,
+                                 images=images, namespace=namespace, state=state)
         self.tool_journal: ToolJournal | None = None  # with a checkpoint: every tool response as it returns
         self._resumed_tools: dict[str, Any] = {}  # a resumed task's checkpoint record of its tools
         # The meter belongs to this task, not to its LMs, which other tasks may share.
@@ -102,6 +88,26 @@ class TaskSession(TaskMemory):
         self.worker = TaskWorker(self.task_id)
         self._new_nodes: list = []  # observed since the last plan
         self.keeper: TaskKeeper | None = None  # with one, every change is committed before its request returns
+
+    @property
+    def store(self) -> MemoryStore:
+        """The task's store (its memory's)."""
+        return self.memory.store
+
+    @property
+    def state(self) -> RunState:
+        """The task's run state (its memory's)."""
+        return self.memory.state
+
+    @property
+    def images(self) -> ImageStager | None:
+        """The task's staged images (its memory's; None where none can be attached)."""
+        return self.memory.images
+
+    @property
+    def namespace(self) -> str:
+        """Where the task's long-term memory is read and written (its memory's)."""
+        return self.memory.namespace
 
     @property
     def task_id(self) -> str:
@@ -134,9 +140,9 @@ class TaskSession(TaskMemory):
         store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
         session = cls(store, namespace=namespace, **shared)
         session.state.notices.extend(notices)
-        session.recall(goal)
+        session.memory.recall(goal)
         if len(store.graph):  # a bank's lines laid out on the task's thread while its agent thinks, not on its first request
-            session.submit(session.memory_adapter.view.warm)
+            session.submit(session.memory.adapter.view.warm)
         return session
 
     def save(self, directory: str | Path | None = None) -> Path:
@@ -149,7 +155,7 @@ class TaskSession(TaskMemory):
         tools = None
         if self.tool_journal is not None:
             self.keep_unasked()
-            tools = {"journal_lines": self.tool_journal.lines, "cache": self.tool_cache.state()}
+            tools = {"journal_lines": self.tool_journal.lines, "cache": self.memory.tool_cache.state()}
         path = checkpoint.write_checkpoint(directory, self.state, self.meter.usage(), self.store, tools=tools)
         if first:
             self.emit("checkpoint", str(directory))
@@ -173,19 +179,21 @@ class TaskSession(TaskMemory):
     def snapshot(self) -> dict[str, Any]:
         """What the task holds besides its store, as JSON: its run state, usage, tool cache, the nodes observed
         since the last plan, its namespace and what long-term memory recalled (:meth:`resume` reads it back)."""
-        return {"run": checkpoint.run_record(self.state), "usage": self.meter.usage(), "cache": self.tool_cache.state(),
-                "new_nodes": [node.id for node in self._new_nodes], "namespace": self.namespace,
-                "recalled": self.memory_adapter.recalled}
+        memory = self.memory
+        return {"run": checkpoint.run_record(memory.state), "usage": self.meter.usage(),
+                "cache": memory.tool_cache.state(), "new_nodes": [node.id for node in self._new_nodes],
+                "namespace": memory.namespace, "recalled": memory.adapter.recalled}
 
     def resume(self, snapshot: dict[str, Any]) -> None:
         """Go on from :meth:`snapshot` (a session just made on the same store); KeyError, TypeError or ValueError
         when it is not one."""
-        self.state = checkpoint.run_state(snapshot["run"])
+        memory = self.memory
+        memory.state = checkpoint.run_state(snapshot["run"])
         self.meter.restore(checkpoint.usage_counts(snapshot["usage"]))
-        self.tool_cache.restore(snapshot["cache"])
+        memory.tool_cache.restore(snapshot["cache"])
         self._new_nodes = [self.store.graph.node(i) for i in snapshot["new_nodes"] if i in self.store.graph]
-        self.namespace = str(snapshot["namespace"])
-        self.memory_adapter.recalled = str(snapshot["recalled"])
+        memory.namespace = str(snapshot["namespace"])
+        memory.adapter.recalled = str(snapshot["recalled"])
 
     def replay(self, pending: list[tuple[int, str, dict[str, Any], str]]) -> None:
         """Results the keeper held that had not become memory yet (``(ticket, tool, arguments, text)``, in the
@@ -220,17 +228,17 @@ class TaskSession(TaskMemory):
         """``tools`` answered from this task's tool cache and, when it checkpoints, journaled (a resumed task
         replays the interrupted loop's calls): see :mod:`amb_dspy.task.tool_cache` and :mod:`amb_dspy.task.journal`."""
         resumed, self._resumed_tools = self._resumed_tools, {}
-        self.tool_cache.restore(resumed.get("cache", ()))
+        self.memory.tool_cache.restore(resumed.get("cache", ()))
         self.tool_journal = None
         if self.config.paths.checkpoint_dir is not None:
             self.tool_journal = ToolJournal(self.config.paths.checkpoint_dir, replay_after=resumed.get("journal_lines"))
             tools = [self.tool_journal.wrap(tool) for tool in tools]
-        return [self.tool_cache.wrap(tool) for tool in tools]
+        return [self.memory.tool_cache.wrap(tool) for tool in tools]
 
     def keep_unasked(self) -> None:
         """The journaled responses a resumed task did not ask for again, kept in memory (see the journal)."""
         if self.tool_journal is not None:
-            keep_unasked(self.tool_journal, self.store, self.tool_cache)
+            keep_unasked(self.tool_journal, self.store, self.memory.tool_cache)
 
     # --- the outside agent's interface ---------------------------------------------------------
     def observe(self, tool: str, arguments: dict[str, Any] | None, result: str, *, wait: bool = True) -> Observed:
@@ -265,18 +273,19 @@ class TaskSession(TaskMemory):
             self._changed(ticket)
 
     def _observe(self, tool: str, arguments: dict[str, Any], text: str) -> Observed:
-        repeat = self.tool_cache.observed(tool, arguments, text)
+        memory = self.memory
+        repeat = memory.tool_cache.observed(tool, arguments, text)
         if repeat is not None:
-            entry_id = self.tool_cache.entry_of(tool, arguments)
+            entry_id = memory.tool_cache.entry_of(tool, arguments)
             nodes = [n for n, entries in self.store.tree.node_to_entries.items() if entry_id in entries]
             return Observed(entry_id, nodes, repeat=True, message=repeat.full.split("\n", 1)[0])
         call = ToolCall(name=tool, args=dict(arguments), observation=text)
         noticed = len(self.state.notices)
         with self.meter.counting():
-            nodes, failure = self.remember_calls([call], self.tool_metadata([call], source="observed"))
+            nodes, failure = memory.convert_calls([call], memory.tool_metadata([call], source="observed"))
         said = "".join(f"; {notice}" for notice in self.state.notices[noticed:])  # e.g. what was kept raw, and why
         self._new_nodes.extend(nodes)
-        entry_id = self.tool_cache.entry_of(tool, arguments)
+        entry_id = memory.tool_cache.entry_of(tool, arguments)
         if entry_id is None:  # conversion failed: the raw text is kept in an entry of its own
             entry_id = next(e.entry_id for e in reversed(self.store.tree.entries.values()) if e.text == text)
         return Observed(entry_id, [n.id for n in nodes if n.id in self.store.graph], failure=failure,
@@ -291,7 +300,7 @@ class TaskSession(TaskMemory):
         """The two blocks of :meth:`context`, apart (what the MCP tool returns as fields)."""
         if budget is not None and not (isinstance(budget, int) and 50 <= budget <= 100_000):
             raise InputError(f"the budget must be a whole number of tokens from 50 to 100000, not {budget!r}")
-        return self.prompt_blocks(self.store.insight_doc, budget)
+        return self.memory.prompt_blocks(self.store.insight_doc, budget)
 
     @serial
     def deep_retrieval(self, node_id: str, sources_only: bool = False) -> str:
@@ -310,7 +319,7 @@ class TaskSession(TaskMemory):
         new_nodes, self._new_nodes = self._new_nodes, []
         try:
             with self.meter.counting():
-                self.plan_step(new_nodes, report=report, failure="")
+                self.memory.plan_step(new_nodes, report=report, failure="")
         finally:
             self._changed()
         return self.store.insight_doc
@@ -337,7 +346,7 @@ class TaskSession(TaskMemory):
         validated = task is not None and task.kind is TaskKind.CROSS_VALIDATE and description == task.description
         if self.state.active is not None and validated:
             with self.meter.counting():
-                self._new_nodes.extend(self.memory.resolve_conflict(self.state, ExecutionResult(answer))[0])
+                self._new_nodes.extend(self.memory.resolve_conflict(ExecutionResult(answer)).nodes)
         completed = doc.with_finished(TaskStatus(str(status).strip().lower()), " ".join(answer.split())[:300],
                                       description)
         pending = [task for task in doc.pending if task.description != description]
@@ -358,8 +367,9 @@ class TaskSession(TaskMemory):
         every later request is refused. Returns the task's summary."""
         notices = []
         if self.config.longterm.remember if remember is None else remember:
-            cited = [self.citation(i) for i in self.state.citations if i in self.store.graph]
-            notices.extend(self.remember(self.state.answer, cited) or [f"remembered in namespace {self.namespace!r}"])
+            cited = [self.memory.citation(i) for i in self.state.citations if i in self.store.graph]
+            notices.extend(self.memory.remember_longterm(self.state.answer, cited)
+                           or [f"remembered in namespace {self.namespace!r}"])
         if self.keeper is not None:
             self.keeper.closed(self)
         self.worker.close()  # this request is the last one it runs

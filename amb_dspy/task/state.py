@@ -9,11 +9,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from amb_dspy.errors import InputError
+from amb_dspy.memory.written import Conflict
 from amb_dspy.storage import CompletedTask, InsightDoc, PendingTask
 from amb_dspy.text import is_binary
-
-# How much of a cross-validation (answer + tool responses) the integration agent is shown.
-MAX_VALIDATION_CHARS = 12_000
 
 
 @dataclass(frozen=True)
@@ -58,13 +56,6 @@ class IngestResult(BaseModel):
     seconds: float
     added: bool = True  # False: the store held the same text already, nothing was added
     replaced: bool = False  # a newer version of a document of the same name: the old one's nodes are superseded
-
-
-@dataclass
-class Conflict:
-    node_ids: list[str]
-    description: str
-    round: int = 0
 
 
 @dataclass
