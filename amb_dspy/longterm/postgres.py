@@ -6,9 +6,10 @@ audit trail, the embedder that made the vectors (``amb_longterm_meta``) and one 
 (``amb_longterm_versions``), all the component ``longterm`` of :func:`~amb_dspy.storage.postgres.migrate`.
 Search is served as the SQLite backend serves it, by the project's hybrid index (BM25 + FAISS,
 :mod:`.kind_indexes`), one per namespace and kind, held in a cache this process shares between its stores
-(the server opens a store per call). Before a search the cache's version of the namespace is checked against
-the database's (one indexed read): a namespace another process changed is loaded again, so a write anywhere
-is seen by the next read everywhere. A change bumps the version of each namespace it touches in its own
+(the server opens a store per call). A search ranks on the cache, then reads the items it found together with
+the namespace's version in the database (one round trip); when another process changed the namespace since
+it was cached, the namespace is loaded again and the search ranks again, so a write anywhere is seen by the
+next read everywhere. A change bumps the version of each namespace it touches in its own
 transaction; once it has committed, this process applies it to its cached indexes (or drops them when it
 missed a version), so its own writes cost no reload.
 
@@ -183,24 +184,35 @@ class PostgresStore(LongTermStore):
     def _nearest(self, namespace: str, kinds: Sequence[Kind], vector: np.ndarray, text: str,
                  n: int) -> list[tuple[MemoryItem, float]]:
         with self._db("search") as connection:
-            with _cache_lock:
-                cached = self._fresh(connection, namespace)
-                cosines = candidates(cached.indexes, kinds, vector, text, n, self.alpha)
-            rows = connection.execute(f"SELECT {_ITEM_COLUMNS} FROM amb_longterm_items WHERE id = ANY(%s)",
-                                      (list(cosines),)).fetchall() if cosines else []
-        items = {row[0]: _item(row) for row in rows}
+            for _attempt in range(2):
+                with _cache_lock:
+                    cached = _cache.get((self.url, namespace)) or self._load(connection, namespace)
+                    ranked_at = cached.version
+                    cosines = candidates(cached.indexes, kinds, vector, text, n, self.alpha)
+                version, items = self._fetch(connection, namespace, list(cosines))
+                if version == ranked_at:
+                    break
+                with _cache_lock:  # another process wrote there since this one loaded it: load it again, once
+                    if _cache.get((self.url, namespace)) is cached:
+                        del _cache[(self.url, namespace)]
         return [(items[item_id], cosine) for item_id, cosine in cosines.items() if item_id in items]
 
-    def _fresh(self, connection, namespace: str) -> _Cached:
-        """This process's indexes of ``namespace`` as of the database's version (loaded again when behind)."""
+    def _fetch(self, connection, namespace: str, ids: list[str]) -> tuple[int, dict[str, MemoryItem]]:
+        """The namespace's version in the database and the items ``ids``, in one round trip."""
+        rows = connection.execute(
+            f"SELECT v.version, {', '.join('i.' + c for c in _ITEM_COLUMNS.split(', '))} FROM (SELECT "
+            "coalesce(max(version), 0) AS version FROM amb_longterm_versions WHERE namespace = %s) v "
+            "LEFT JOIN amb_longterm_items i ON i.id = ANY(%s)", (namespace, ids)).fetchall()
+        return rows[0][0], {row[1]: _item(row[1:]) for row in rows if row[1] is not None}
+
+    def _load(self, connection, namespace: str) -> _Cached:
+        """This process's indexes of ``namespace``, built from the database (its version read first: rows newer
+        than the version only cost one more load)."""
         row = connection.execute("SELECT version FROM amb_longterm_versions WHERE namespace = %s",
                                  (namespace,)).fetchone()
-        version = row[0] if row else 0
-        cached = _cache.get((self.url, namespace))
-        if cached is None or cached.version != version:
-            rows = connection.execute("SELECT id, kind, content, vector FROM amb_longterm_items WHERE namespace = %s "
-                                      "ORDER BY created_at, id", (namespace,))
-            cached = _cache[(self.url, namespace)] = _Cached(version, built_indexes(self.embedder.dim, rows))
+        rows = connection.execute("SELECT id, kind, content, vector FROM amb_longterm_items WHERE namespace = %s "
+                                  "ORDER BY created_at, id", (namespace,))
+        cached = _cache[(self.url, namespace)] = _Cached(row[0] if row else 0, built_indexes(self.embedder.dim, rows))
         return cached
 
     def _rows(self, sql: str, args: tuple) -> list[tuple]:
