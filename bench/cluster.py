@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import random
 import signal
@@ -154,6 +155,8 @@ async def call_with_retry(load: Load, tool: str, arguments: dict) -> str | None:
         {"memory_observe": load.observe_ms, "memory_context": load.context_ms}.get(tool, []).append(ms)
         load.answered += 1
         return text
+    while getattr(error, "exceptions", None):  # the first error inside the task groups' exception groups
+        error = error.exceptions[0]
     load.failed.append(f"{tool}: {type(error).__name__}: {str(error)[:200]}")
     return None
 
@@ -324,6 +327,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sqlite-only", action="store_true", help="skip the PostgreSQL leg")
     args = parser.parse_args()
+    logging.getLogger("mcp").setLevel(logging.CRITICAL)  # a killed replica's broken sessions: counted, not logged
     load = os.getloadavg()
     skipped = postgres_skip_reason(args)
     with tempfile.TemporaryDirectory(prefix="amb-bench-cluster-") as work:
