@@ -4,10 +4,13 @@
     python bench/longterm.py --backend sqlite --max-items 10000
     python bench/longterm.py --backend qdrant                  # Qdrant's local mode (Qdrant Edge)
     python bench/longterm.py --backend qdrant-client           # qdrant-client's local mode (before Qdrant Edge)
+    python bench/longterm.py --backend postgres                # a throwaway PostgreSQL server (tests/postgres_server.py)
     python bench/longterm.py --calibrate                       # the dedup threshold sweep (train_100)
 
 All parts use the real all-MiniLM-L6-v2 embedder and real stores (a SQLite file, an embedded Chroma,
-a Qdrant Edge shard, qdrant-client's local mode).
+a Qdrant Edge shard, qdrant-client's local mode, a PostgreSQL database). PostgreSQL's ``open_s`` is a process's
+first search of the namespace (its indexes are built from the database then, and cached): what a replica pays
+at its first search, and again after another replica wrote to the namespace.
 Paraphrases come from the templates of ``bench/longterm_paraphrase.py`` (no model: repeatable).
 
 (a) recall@k. Each dev question is remembered as a finished task through ``remember_task``, all in
@@ -49,6 +52,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from longterm_paraphrase import fact_paraphrases, follow_up, question_paraphrases  # noqa: E402
 
@@ -71,7 +75,29 @@ def load(path: Path, n: int | None = None) -> list[dict]:
     return items[:n] if n else items
 
 
+_databases: dict[Path, str] = {}  # a temporary folder -> the fresh database standing for it
+_server: list = []  # the throwaway PostgreSQL server, started on first use
+
+
+def database_for(folder: Path) -> str:
+    """A fresh database on a throwaway PostgreSQL server (started once, stopped at exit), one per ``folder``."""
+    if folder not in _databases:
+        if not _server:
+            import atexit
+
+            from postgres_server import PostgresServer
+
+            _server.append(PostgresServer().start())
+            atexit.register(_server[0].stop)
+        _databases[folder] = _server[0].new_database()
+    return _databases[folder]
+
+
 def open_store(backend: str, folder: Path, embedder):
+    if backend == "postgres":
+        from amb_dspy.longterm.postgres import PostgresStore
+
+        return PostgresStore(database_for(folder), embedder)
     if backend == "sqlite":
         return SQLiteStore(folder / "longterm.sqlite3", embedder)
     if backend == "qdrant":
@@ -207,10 +233,17 @@ def latency(backend: str, size: int, pool: list[str], vectors: np.ndarray, timed
             store.add_many("bench", texts, "fact", vectors=batch)
         fill_s = time.perf_counter() - t0
         open_s = float("nan")
-        if backend in ("sqlite", "qdrant", "qdrant-client"):
+        if backend in ("sqlite", "qdrant", "qdrant-client", "postgres"):
             store.close()  # reopened: the time to load the store
             t0 = time.perf_counter()
             store = open_store(backend, Path(folder), embedder)
+            if backend == "postgres":  # a process that has not searched it yet: its indexes come at the first search
+                from amb_dspy.longterm import postgres
+
+                postgres._cache.clear()
+                t0 = time.perf_counter()
+                store = open_store(backend, Path(folder), embedder)
+                store.search("bench", queries[0], k=5)
             open_s = time.perf_counter() - t0
         write_ms, merged = [], 0
         for text in timed_writes:
@@ -234,7 +267,8 @@ def size_label(size: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant", "qdrant-client", "both", "all"], default="both",
+    parser.add_argument("--backend", choices=["sqlite", "chroma", "qdrant", "qdrant-client", "postgres", "both",
+                                                      "all"], default="both",
                         help="both: sqlite and chroma; all: the three")
     parser.add_argument("--max-items", type=int, default=max(SIZES), help="largest store size for the latency part")
     parser.add_argument("--n", type=int, default=300, help="HotpotQA dev questions for recall and merging")

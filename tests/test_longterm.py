@@ -1,8 +1,9 @@
 """Long-term memory: one suite over every backend (SQLite file, Chroma embedded, Chroma HTTP server,
-Qdrant's local mode (Qdrant Edge), and qdrant-client's own local mode, the client code a server runs).
+Qdrant's local mode (Qdrant Edge), qdrant-client's own local mode, the client code a server runs, and PostgreSQL).
 
-Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-edge, qdrant-client, and a
-``chroma run`` server on 127.0.0.1 started by the ``chroma_url`` fixture. No Qdrant server binary is
+Everything is real: the all-MiniLM-L6-v2 embedder, SQLite, FAISS, ChromaDB, qdrant-edge, qdrant-client, a
+``chroma run`` server on 127.0.0.1 started by the ``chroma_url`` fixture, and a throwaway PostgreSQL server
+(``database_url``: a fresh database per test; skipped, saying why, where PostgreSQL is not installed). No Qdrant server binary is
 to be had from PyPI or Debian, so the Qdrant server path is tested against refusing addresses only
 (tests/test_longterm_fallback.py). Each test works in its own namespace, so
 tests sharing the server do not see each other's items.
@@ -35,11 +36,12 @@ from amb_dspy.longterm import (
 )
 from amb_dspy.longterm.chroma import ChromaStore
 from amb_dspy.longterm.edge import QdrantEdgeStore
+from amb_dspy.longterm.postgres import PostgresStore
 from amb_dspy.longterm.qdrant import QdrantStore
 from amb_dspy.longterm.scoring import decay
 from amb_dspy.longterm.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant", "qdrant-client"]
+BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant", "qdrant-client", "postgres"]
 DAY = 86_400.0
 
 
@@ -93,6 +95,8 @@ def make_store(request, tmp_path, embedder):
             store = QdrantEdgeStore.local(tmp_path / "qdrant", model, **options)
         elif request.param == "qdrant-client":
             store = QdrantStore.local(tmp_path / "qdrant-client", model, **options)
+        elif request.param == "postgres":
+            store = PostgresStore(request.getfixturevalue("database_url"), model, **options)
         else:
             store = ChromaStore.http(request.getfixturevalue("chroma_url"), model, **options)
         opened.append(store)

@@ -1,7 +1,8 @@
 """A damaged embedded store refuses to open instead of reopening empty, and two processes writing one
 store lose nothing and duplicate nothing.
 
-Real stores on real files (SQLite, Chroma, Qdrant Edge), real processes for the concurrent writers.
+Real stores on real files (SQLite, Chroma, Qdrant Edge) and a real PostgreSQL server (the concurrent writers, on
+both SQLite and PostgreSQL: ``store_backend``), real processes for the concurrent writers.
 """
 
 from __future__ import annotations
@@ -124,10 +125,12 @@ def _writers(tmp_path: Path, backend: str, *runs: tuple[float, int, int], extra_
     return [(p.wait(timeout=300), *p.communicate()) for p in procs]
 
 
-def test_two_processes_writing_the_same_facts_to_sqlite_make_one_item_each(tmp_path, embedder):
-    results = _writers(tmp_path, "sqlite", (0, 0, 20), (0, 0, 20))
+def test_two_processes_writing_the_same_facts_make_one_item_each(tmp_path, embedder, store_backend):
+    backend, database = ("sqlite", "") if store_backend == "sqlite" else ("postgres", store_backend)
+    results = _writers(tmp_path, backend, (0, 0, 20), (0, 0, 20), extra_env={"AMB_DATABASE_URL": database})
     assert all(code == 0 for code, _, _ in results), results
-    with open_store(_config(tmp_path, "sqlite"), embedder=embedder) as store:
+    config = _config(tmp_path, backend).model_copy(update={"database_url": database})
+    with open_store(config, embedder=embedder) as store:
         contents = [item.content for item in store.list("ns")]
     assert len(contents) == 20 == len(set(contents))
 

@@ -219,8 +219,10 @@ class LoopSettings(Section):
 class LongTermSettings(Section):
     """Long-term memory across tasks (amb_dspy.longterm)."""
 
-    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir), chroma or qdrant")
-    longterm_url: str = Field("", description="a Chroma or Qdrant server, http://host:port; empty: embedded under storage_dir")
+    longterm_backend: str = Field("sqlite", description="sqlite (a file under storage_dir), chroma, qdrant or postgres "
+                                  "(the database of longterm_url when it is postgresql://..., else database_url)")
+    longterm_url: str = Field("", description="a Chroma or Qdrant server, http://host:port, or for postgres a "
+                              "postgresql:// database; empty: embedded under storage_dir (postgres: database_url)")
     longterm_api_key: str = Field("", description="the Qdrant server's API key (AMB_LONGTERM_API_KEY)")
     longterm_dual_write: bool = Field(False, description="write the local SQLite store too; a server missed while "
                                       "down is caught up on the next connection (AMB_LONGTERM_DUAL_WRITE=1)")

@@ -4,7 +4,7 @@ The bank itself is task-scoped (spec §1). This package keeps what a task produc
 
     from amb_dspy.longterm import open_store_or_notice, recall, remember_task, format_recalled
 
-    store, notice = open_store_or_notice(config)          # AMB_LONGTERM_BACKEND=sqlite|chroma|qdrant
+    store, notice = open_store_or_notice(config)          # AMB_LONGTERM_BACKEND=sqlite|chroma|qdrant|postgres
     if store:
         remember_task(store, namespace="alice", task_id=doc_id, goal=goal, answer=answer,
                       citations=[...], completed_tasks=[...], hops=[...], redact=True)
@@ -13,8 +13,8 @@ The bank itself is task-scoped (spec §1). This package keeps what a task produc
 See :mod:`.base` for the interface and the memory kinds, :mod:`.scoring` for
 ``S = a*sim + b*decay + c*source_boost``, :mod:`.merge` for near-duplicate merging, :mod:`.redact`,
 :mod:`.route` for when to read and write, :mod:`.summarize` for condensing what was recalled,
-:mod:`.run_memory` for a run's hooks, and the backends :mod:`.sqlite`, :mod:`.chroma` and
-:mod:`.qdrant`, chosen by :mod:`.registry` (with the local fallback and :mod:`.dual` writes).
+:mod:`.run_memory` for a run's hooks, and the backends :mod:`.sqlite`, :mod:`.chroma`,
+:mod:`.qdrant` and :mod:`.postgres`, chosen by :mod:`.registry` (with the local fallback and :mod:`.dual` writes).
 """
 
 from amb_dspy.longterm.base import (

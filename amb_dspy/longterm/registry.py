@@ -1,8 +1,9 @@
 """Which long-term store a configuration opens, without a code change.
 
-``AMB_LONGTERM_BACKEND`` names the backend (``sqlite``, the default, ``chroma`` or ``qdrant``);
+``AMB_LONGTERM_BACKEND`` names the backend (``sqlite``, the default, ``chroma``, ``qdrant`` or ``postgres``);
 ``AMB_LONGTERM_URL`` points Chroma or Qdrant at a server (``AMB_LONGTERM_API_KEY`` for Qdrant's), else
-it is embedded (Qdrant's: a Qdrant Edge shard, :mod:`.edge`). Embedded stores live under ``AMB_STORAGE_DIR``: ``longterm.sqlite3``, or the folder
+it is embedded; ``postgres`` is a PostgreSQL database, ``AMB_LONGTERM_URL`` when that is a ``postgresql://`` URL,
+else ``AMB_DATABASE_URL`` (:mod:`.postgres`) (Qdrant's: a Qdrant Edge shard, :mod:`.edge`). Embedded stores live under ``AMB_STORAGE_DIR``: ``longterm.sqlite3``, or the folder
 ``longterm-chroma`` or ``longterm-qdrant``.
 
 :func:`open_store_with_fallback` is what a run uses: a configured backend that cannot be reached
@@ -16,29 +17,30 @@ A new backend is one function here that builds it from the configuration, plus i
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
-from amb_dspy.config import AmbConfig, LongTermSettings
+from amb_dspy.config import AmbConfig
 from amb_dspy.longterm.base import LongTermStore
 from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.retrieval.embedding import Embedder, shared_embedder
 
 
-def _sqlite(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
+def _sqlite(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
     from amb_dspy.longterm.sqlite import FILE_NAME, SQLiteStore
 
-    return SQLiteStore(storage_dir / FILE_NAME, embedder, **options)
+    return SQLiteStore(config.paths.storage_dir / FILE_NAME, embedder, **options)
 
 
-def _chroma(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
+def _chroma(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
     from amb_dspy.longterm.chroma import FOLDER_NAME, ChromaStore
 
+    settings, storage_dir = config.longterm, config.paths.storage_dir
     if settings.longterm_url:
         return ChromaStore.http(settings.longterm_url, embedder, **options)
     return ChromaStore.persistent(storage_dir / FOLDER_NAME, embedder, **options)
 
 
-def _qdrant(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, options: dict) -> LongTermStore:
+def _qdrant(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
+    settings, storage_dir = config.longterm, config.paths.storage_dir
     if settings.longterm_url:
         from amb_dspy.longterm.qdrant import QdrantStore
 
@@ -48,9 +50,28 @@ def _qdrant(settings: LongTermSettings, storage_dir: Path, embedder: Embedder, o
     return QdrantEdgeStore.local(storage_dir / FOLDER_NAME, embedder, **options)
 
 
-# Each backend is built from the long-term section and the storage folder (``config.paths.storage_dir``).
-BACKENDS: dict[str, Callable[[LongTermSettings, Path, Embedder, dict], LongTermStore]] = {
-    "sqlite": _sqlite, "chroma": _chroma, "qdrant": _qdrant}
+def _postgres(config: AmbConfig, embedder: Embedder, options: dict) -> LongTermStore:
+    url = database_url(config)
+    if not url:
+        raise StoreUnavailableError("the postgres long-term backend needs a database: AMB_DATABASE_URL or "
+                                    "AMB_LONGTERM_URL=postgresql://user@host:port/database")
+    from amb_dspy.longterm.postgres import PostgresStore
+
+    return PostgresStore(url, embedder, **options)
+
+
+def database_url(config: AmbConfig) -> str:
+    """The PostgreSQL database of the ``postgres`` backend: ``longterm_url`` when it is a ``postgresql://`` URL,
+    else ``database_url`` (AMB_DATABASE_URL); empty when neither is set."""
+    from amb_dspy.storage.postgres import is_database_url
+
+    url = config.longterm.longterm_url.strip()
+    return url if is_database_url(url) else config.paths.database_url.strip()
+
+
+# Each backend is built from the configuration (its long-term and paths sections: server, storage folder).
+BACKENDS: dict[str, Callable[[AmbConfig, Embedder, dict], LongTermStore]] = {
+    "sqlite": _sqlite, "chroma": _chroma, "qdrant": _qdrant, "postgres": _postgres}
 
 
 def open_store(config: AmbConfig, *, embedder: Embedder | None = None, **options) -> LongTermStore:
@@ -66,7 +87,7 @@ def open_store(config: AmbConfig, *, embedder: Embedder | None = None, **options
     if embedder is None:
         embedder = shared_embedder(config.embedding, config.paths.cache_dir)
     options.setdefault("alpha", config.retrieval.retrieval_alpha)
-    store = BACKENDS[backend](settings, config.paths.storage_dir, embedder, options)
+    store = BACKENDS[backend](config, embedder, options)
     if settings.redact:  # a property of the store's write path: every door that writes through it redacts
         store.redactor = redacting()
     return store
@@ -133,6 +154,8 @@ def store_exists(config: AmbConfig) -> bool:
     from amb_dspy.longterm.sqlite import FILE_NAME
 
     settings, storage_dir = config.longterm, config.paths.storage_dir
+    if settings.longterm_backend.strip().lower() == "postgres" and database_url(config):
+        return True
     folder = {"chroma": chroma.FOLDER_NAME, "qdrant": qdrant.FOLDER_NAME}.get(settings.longterm_backend.strip().lower())
     if folder and (settings.longterm_url or (storage_dir / folder).exists()):
         return True

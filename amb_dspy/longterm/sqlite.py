@@ -31,6 +31,7 @@ from amb_dspy.longterm.base import (
     MemoryItem,
 )
 from amb_dspy.longterm.errors import StoreUnavailableError
+from amb_dspy.longterm.kind_indexes import candidates
 from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.embedding_base import embedding_model_name
@@ -220,13 +221,8 @@ class SQLiteStore(LongTermStore):
                  n: int) -> list[tuple[MemoryItem, float]]:
         def nearest():
             self._sync()
-            cosines: dict[str, float] = {}
-            for kind in kinds:
-                index = self._indexes.get((namespace, kind))
-                if index is None:
-                    continue
-                for item_id, _ in index.rank(vector, text, k=n, alpha=self.alpha):
-                    cosines[item_id] = float(index.vector_of(item_id) @ vector)
+            cosines = candidates({kind: self._indexes.get((namespace, kind)) for kind in kinds}, kinds, vector, text,
+                                 n, self.alpha)
             items = self._fetch(list(cosines))
             return [(items[item_id], cosine) for item_id, cosine in cosines.items() if item_id in items]
 

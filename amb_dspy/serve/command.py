@@ -54,7 +54,7 @@ def serve_command(
                  *[flag for folder in allow_dir for flag in ("--allow-dir", str(folder.resolve()))]]
         typer.echo(client_config(print_config, flags))
         return
-    keys = _http_keys(host, allow_host, config.paths.storage_dir) if http else None
+    keys = _http_keys(host, allow_host, config) if http else None
     try:
         from amb_dspy.bank import MemoryBank
         from amb_dspy.serve.server import serve
@@ -78,24 +78,27 @@ def serve_command(
           allow_hosts=allow_host)
 
 
-def _http_keys(host: str, allow_host: list[str], storage_dir: Path):
-    """The key store an HTTP server on ``host`` asks keys of (None: it asks none, on loopback without keys),
+def _http_keys(host: str, allow_host: list[str], config):
+    """The key store an HTTP server on ``host`` asks keys of (None: it asks none, on loopback without keys):
+    ``config``'s database (AMB_DATABASE_URL) or its storage folder's file (:func:`~amb_dspy.serve.keys.open_key_store`),
     said on stderr with the Host names it answers to; exit 2 in one line when ``host`` is not loopback and
-    there is no key, or an ``--allow-host`` is not a host."""
-    from amb_dspy.errors import InputError, one_line
+    there is no key, or an ``--allow-host`` is not a host; exit 1 when the database cannot be used."""
+    from amb_dspy.errors import InputError, UserError, one_line
 
     try:
         from amb_dspy.serve.access import allowed_hosts, check_keys_for
-        from amb_dspy.serve.keys import SqliteKeyStore
+        from amb_dspy.serve.keys import open_key_store
 
-        store = SqliteKeyStore.in_folder(storage_dir)
+        store = open_key_store(config, config.paths.storage_dir)
         names = allowed_hosts(host, allow_host)
         keyed = check_keys_for(host, store)
     except ImportError as exc:
         fail(f"{one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'")
     except InputError as exc:
         fail(one_line(exc), code=2)
-    asked = f"a key ({store.path}; amb keys list)" if keyed else "no key (loopback; amb keys create to ask one)"
+    except UserError as exc:  # the database cannot be reached, or its schema is newer
+        fail(one_line(exc))
+    asked = f"a key ({store.where}; amb keys list)" if keyed else "no key (loopback; amb keys create to ask one)"
     print(f"amb serve: HTTP calls need {asked}; Host header one of {', '.join(names)} (--allow-host adds one)",
           file=sys.stderr, flush=True)
     return store if keyed else None
