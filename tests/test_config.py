@@ -72,6 +72,7 @@ SETTINGS = [
     ("redact", "1", True, "longterm"),
     ("namespace", "alice", "alice", "longterm"),
     ("storage_dir", "s", Path("s"), "paths"),
+    ("database_url", "postgresql://amb@db/memory", "postgresql://amb@db/memory", "paths"),
     ("checkpoint_dir", "c", Path("c"), "paths"),
     ("temp_dir", "t", Path("t"), "paths"),
     ("cache_dir", "k", Path("k"), "paths"),
