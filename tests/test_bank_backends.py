@@ -203,3 +203,33 @@ def test_database_errors_are_one_line(grown, tmp_path, embedder, database_url): 
         MemoryStore.load(DatabaseBank(database_url, "bank"), embedder)
     for caught in (missing, down, newer):
         assert "\n" not in str(caught.value)
+
+
+def test_as_many_writers_as_the_pool_has_connections_never_starve_each_other(grown, embedder, database_url):  # noqa: F811
+    """Each holder of a bank's lock saves on the lock's own connection: eight writers holding eight banks' locks
+    (the pool's size) all save, where a save that asked the pool for a ninth connection would wait for ever."""
+    import threading
+
+    from amb_dspy.storage.insight_doc import InsightDoc
+    from amb_dspy.storage.postgres import POOL_SIZE
+
+    stores = [grown.copy(InsightDoc(task_goal=f"copy {i}")) for i in range(POOL_SIZE)]
+    holding, failures = threading.Barrier(POOL_SIZE, timeout=60), []
+
+    def save(i: int) -> None:
+        where = DatabaseBank(database_url, f"copy-{i}")
+        try:
+            with where.lock():
+                holding.wait()  # every connection of the pool now holds a lock
+                stores[i].export(where)
+        except Exception as exc:  # noqa: BLE001 - said by the assertion below
+            failures.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(POOL_SIZE)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not failures
+    for i in range(POOL_SIZE):
+        same_bank(stores[i], MemoryStore.load(DatabaseBank(database_url, f"copy-{i}"), embedder))

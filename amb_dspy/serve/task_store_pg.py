@@ -96,7 +96,7 @@ class PostgresTaskStore(KeptTasks):
         snapshot = json.dumps(session.snapshot(), ensure_ascii=False)
         with place.lock():
             seen = self._seen.get(task_id)
-            if seen is None or self._version(task_id) != seen:
+            if seen is None or self._version(task_id, place) != seen:
                 return
 
             versions = []
@@ -131,8 +131,9 @@ class PostgresTaskStore(KeptTasks):
         self._saw(task_id, self._version(task_id))  # before its first write, queued on the task's thread
         return super().open(task_id, owner)
 
-    def _version(self, task_id: str) -> int | None:
-        with transaction(self.database_url) as connection:
+    def _version(self, task_id: str, place: DatabaseBank | None = None) -> int | None:
+        """The task's version (``place``: the task's bank, whose lock this thread holds: asked on its connection)."""
+        with (place.lock().transaction() if place is not None else transaction(self.database_url)) as connection:
             row = connection.execute("SELECT version FROM task_record WHERE id = %s", (task_id,)).fetchone()
         return row[0] if row else None
 

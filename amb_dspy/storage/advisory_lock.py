@@ -6,17 +6,22 @@ The lock lives on a connection of the process's pool (:func:`~amb_dspy.storage.p
 aside while the lock is held and returned when it is let go. The server lets go of an advisory lock when its
 connection ends, so a holder killed with ``kill -9`` never leaves the lock taken, as a ``flock`` is let go.
 In one process the lock is held once per name and re-entered by the thread holding it (a commit whose save locks
-too); other threads wait as other processes do, without a connection each.
+too); other threads wait as other processes do, without a connection each. While a thread holds the lock, what it
+asks of the database goes through the lock's own connection (:meth:`AdvisoryLock.transaction`): a holder never
+waits for a second connection of the pool, so as many tasks as the pool has connections can write at once without
+ever starving each other of one.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from amb_dspy.errors import one_line
-from amb_dspy.storage.postgres import DatabaseError, database_pool, lock_key, shown
+from amb_dspy.storage.postgres import DatabaseError, database_pool, lock_key, shown, transaction
 
 
 @dataclass
@@ -26,6 +31,7 @@ class _Held:
     threads: threading.RLock = field(default_factory=threading.RLock)
     connection: Any = None
     depth: int = 0
+    holder: int | None = None  # the thread holding it
 
 
 _HELD: dict[tuple[str, str], _Held] = {}
@@ -53,6 +59,7 @@ class AdvisoryLock:
             if held.connection is None:
                 held.threads.release()
                 return False
+            held.holder = threading.get_ident()
         held.depth += 1
         return True
 
@@ -60,7 +67,7 @@ class AdvisoryLock:
         held = self._held
         held.depth -= 1
         if held.depth == 0 and held.connection is not None:
-            connection, held.connection = held.connection, None
+            connection, held.connection, held.holder = held.connection, None, None
             try:
                 connection.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self.name),))
                 connection.commit()
@@ -69,6 +76,18 @@ class AdvisoryLock:
             finally:
                 database_pool(self.url).putconn(connection)
         held.threads.release()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A transaction on the lock's connection when this thread holds the lock, else on a pooled one
+        (:func:`~amb_dspy.storage.postgres.transaction`); committed when the block ends, rolled back on an error."""
+        held = self._held
+        if held.holder != threading.get_ident() or held.connection is None:
+            with transaction(self.url) as connection:
+                yield connection
+            return
+        with held.connection.transaction():
+            yield held.connection
 
     def _lock(self, wait: bool) -> Any:
         """A pooled connection holding the lock; None when another holds it and ``wait`` is False."""

@@ -44,7 +44,7 @@ from amb_dspy.storage.bank_rows import (
     node_rows,
     save_plan,
 )
-from amb_dspy.storage.postgres import DatabaseError, migrate, shown, transaction
+from amb_dspy.storage.postgres import DatabaseError, migrate, shown
 
 COMPONENT = "banks"
 SCHEMA = [
@@ -78,7 +78,9 @@ class DatabaseBank:
         return f"bank {self.name!r} in {shown(self.url)}"
 
     def lock(self) -> AdvisoryLock:
-        """The bank's write lock, seen by every process on the database."""
+        """The bank's write lock, seen by every process on the database (its tables made first, so that a holder
+        never asks the pool for a second connection)."""
+        migrate(self.url, COMPONENT, SCHEMA)
         return AdvisoryLock(self.url, f"bank:{self.name}")
 
     @contextmanager
@@ -86,9 +88,8 @@ class DatabaseBank:
         """A transaction on the database, its schema brought up to date; a failed statement is one line."""
         import psycopg
 
-        migrate(self.url, COMPONENT, SCHEMA)
         try:
-            with transaction(self.url) as connection:
+            with self.lock().transaction() as connection:  # the lock's own connection while this thread holds it
                 yield connection
         except UnicodeEncodeError as exc:  # a lone surrogate no UTF-8 holds (the doors escape them: amb_dspy.text)
             raise BankFileError(f"{self}: cannot store text that is not UTF-8 ({one_line(exc, 120)})") from None
