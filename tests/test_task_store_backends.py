@@ -21,6 +21,7 @@ from test_serve_restart import calls, ok, server  # noqa: E402
 
 from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig  # noqa: E402
+from amb_dspy.errors import InputError  # noqa: E402
 from amb_dspy.serve.registry import TaskRegistry  # noqa: E402
 from amb_dspy.serve.task_store import SqliteTaskStore  # noqa: E402
 from amb_dspy.serve.task_store_pg import PostgresTaskStore  # noqa: E402
@@ -51,13 +52,24 @@ def texts(session) -> list[str]:
     return [entry.text for entry in session.store.tree.entries.values()]
 
 
-def test_a_task_started_on_a_bank_in_the_database_goes_on_after_a_restart(bank, grown_in_database):
+def test_a_task_started_on_a_bank_in_the_database_goes_on_after_a_restart(tmp_path, embedder, grown_in_database):
+    """memory_start_task(bank="notes") on a server with a database starts from the bank "notes" there (no file
+    STORAGE_DIR/banks/notes.sqlite), a restarted server goes on with the task, and a name the database does not
+    hold is one line."""
+    from amb_dspy.task.tools import ToolHost, memory_start_task
+
+    config = AmbConfig(storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", policy="heuristic",
+                       recall=False, database_url=grown_in_database.url)
+    bank = MemoryBank(config, lm=make_lm(), embedder=embedder)
     first = replica(bank, grown_in_database.url)
-    session = first.start(GOAL, bank=grown_in_database)
+    task_id = memory_start_task(ToolHost(config, embedder, first.start), GOAL, bank="notes").task_id
+    session = first.get(task_id)
     session.observe("search", {"query": "festival"}, result(0))
-    reopened = replica(bank, grown_in_database.url).get(session.task_id)
-    assert texts(reopened)[-1] == result(0) and len(reopened.store.graph) == len(session.store.graph)
-    assert DatabaseBank(grown_in_database.url, f"task/{session.task_id}").exists()
+    reopened = replica(bank, grown_in_database.url).get(task_id)
+    assert texts(reopened)[-1] == result(0) and len(reopened.store.graph) == len(session.store.graph) > 1
+    assert DatabaseBank(grown_in_database.url, f"task/{task_id}").exists()
+    with pytest.raises(InputError, match=r"^no bank 'nothing' in postgresql://\S+: add documents"):
+        memory_start_task(ToolHost(config, embedder, first.start), GOAL, bank="nothing")
 
 
 @pytest.fixture
