@@ -58,6 +58,7 @@ class PostgresTaskStore(KeptTasks):
         self.database_url, self._open_session, self.embedder = url, open_session, embedder
         self._seen: dict[str, int] = {}  # task id -> the version this process's session last saw
         self._guard = threading.Lock()
+        self._counts: dict[str, threading.Lock] = {}
 
     def task_bank(self, task_id: str) -> DatabaseBank:
         if not _TASK_ID.fullmatch(task_id or ""):
@@ -79,13 +80,13 @@ class PostgresTaskStore(KeptTasks):
     def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
         """Keep the result (committed before the call replies); the task's version moves on."""
         task_id = session.task_id
-        with transaction(self.database_url) as connection:
+        with self._counting(task_id), transaction(self.database_url) as connection:
             seq = connection.execute(
                 "INSERT INTO task_pending (task, tool, arguments, text) VALUES (%s, %s, %s, %s) RETURNING seq",
                 (task_id, tool, json.dumps(arguments, ensure_ascii=False, default=str), text)).fetchone()[0]
             version = connection.execute("UPDATE task_record SET version = version + 1 WHERE id = %s "
                                          "RETURNING version", (task_id,)).fetchone()[0]
-        self._advance(task_id, version)
+            self._advance(task_id, version)
         return int(seq)
 
     def changed(self, session: TaskSession, observed: int | None = None) -> None:
@@ -95,20 +96,19 @@ class PostgresTaskStore(KeptTasks):
         task_id, place = session.task_id, self.task_bank(session.task_id)
         snapshot = json.dumps(session.snapshot(), ensure_ascii=False)
         with place.lock():
-            seen = self._seen.get(task_id)
-            if seen is None or self._version(task_id, place) != seen:
+            with self._counting(task_id):  # not between an accepted result's commit and its count here
+                current = self._seen.get(task_id) is not None and self._version(task_id, place) == self._seen[task_id]
+            if not current:
                 return
 
-            versions = []
-
             def rows(connection: Any) -> None:
-                versions.append(connection.execute("UPDATE task_record SET snapshot = %s, version = version + 1 "
-                                                   "WHERE id = %s RETURNING version", (snapshot, task_id)).fetchone()[0])
+                version = connection.execute("UPDATE task_record SET snapshot = %s, version = version + 1 WHERE id = %s "
+                                             "RETURNING version", (snapshot, task_id)).fetchone()[0]
+                self._advance(task_id, version)  # before the commit lets a result accepted meanwhile count on it
                 if observed is not None:
                     connection.execute("DELETE FROM task_pending WHERE task = %s AND seq = %s", (task_id, observed))
 
             session.store.export(place, also=rows)
-            self._advance(task_id, versions[0])
 
     def closed(self, session: TaskSession) -> None:
         place = self.task_bank(session.task_id)
@@ -140,6 +140,11 @@ class PostgresTaskStore(KeptTasks):
     def _saw(self, task_id: str, version: int | None) -> None:
         with self._guard:
             self._seen[task_id] = version
+
+    def _counting(self, task_id: str) -> threading.Lock:
+        """The task's lock in this process over a change of its version and this process's count of it."""
+        with self._guard:
+            return self._counts.setdefault(task_id, threading.Lock())
 
     def _advance(self, task_id: str, version: int) -> None:
         """This process made the task's version ``version``: still current when it had seen the one before (else
