@@ -35,7 +35,7 @@ from amb_dspy.memory.ingest_ahead import Preparer, ReadAhead
 from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
 from amb_dspy.storage import InsightDoc
-from amb_dspy.storage.bank_names import bank_path
+from amb_dspy.storage.bank_names import bank_place
 from amb_dspy.task.direct import DirectAnswer
 from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
@@ -235,7 +235,7 @@ class MemoryBank:
         interrupted caller can say what was committed."""
         started, result, expected = time.monotonic(), AddResult(), Expected()
         self.added = result
-        path = self._located(into) if isinstance(into, (str, Path)) else None
+        path = self._located(into) if into is not None and not isinstance(into, MemoryStore) else None
         store = into if isinstance(into, MemoryStore) else None
         with BankWriter(path, self.embedder, store=store, notify=lambda line: self._report("notice", line)) as writer:
             self._add_all(writer, paths, result, expected)
@@ -305,9 +305,11 @@ class MemoryBank:
         whose run state then comes back with :meth:`TaskSession.resume`."""
         return TaskSession(store, namespace=namespace, images=None, **self._shared())
 
-    def _located(self, bank: str | Path | MemoryStore | None) -> Path | MemoryStore | None:
-        """A bank named by path or name, as a file (:func:`~amb_dspy.storage.bank_names.bank_path`)."""
-        return bank_path(bank, self.config.paths.storage_dir) if isinstance(bank, (str, Path)) else bank
+    def _located(self, bank):
+        """A bank named by path or name, as a file or a bank in the configured database
+        (:func:`~amb_dspy.storage.bank_names.bank_place`)."""
+        paths = self.config.paths
+        return bank_place(bank, paths.storage_dir, paths.database_url) if bank is not None else None
 
     def export(self, path: str | Path) -> Path:
         """Write the latest task's bank file (see ``session``); returns the file written (another name when a

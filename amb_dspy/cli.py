@@ -17,10 +17,7 @@ import typer
 
 from amb_dspy.config.environment import debug_enabled
 from amb_dspy.errors import UserError, one_line
-from amb_dspy.serve.command import (  # typer only: the server and its SDK load when it starts
-    EMBEDDER_HELP,
-    serve_command,
-)
+from amb_dspy.serve.command import DATABASE_HELP, EMBEDDER_HELP, serve_command  # typer only: the server loads later
 from amb_dspy.serve.keys_command import keys_app
 
 app = typer.Typer(help="amb-dspy: an Agentic Memory Bank on DSPy.", no_args_is_help=True, add_completion=False)
@@ -92,13 +89,14 @@ def run(
     no_fast: bool = typer.Option(False, "--no-fast", help="do not answer from memory first (AMB_FAST_PATH=0): always plan and execute"),
     strategy: str | None = typer.Option(None, "--strategy", help="auto (default): direct for a tiny LM such as the embedded SmolLM2-135M, else loop; loop: plan, search and answer; direct: the memory agents' policies, a search for what memory lacks, one answer call (AMB_STRATEGY)"),
     embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
+    database: str | None = typer.Option(None, "--database", "--database-url", help=DATABASE_HELP),
 ) -> None:
     """Answer a task with the memory bank; the answer is printed last."""
     from rich.console import Console
     console = Console(stderr=True)
     config = _settings(lm=lm, corpus=corpus, max_loops=max_loops, policy=policy, recall=recall, namespace=namespace,
                        remember=remember or None, redact=redact or None, fast_path=False if no_fast else None,
-                       strategy=strategy, embedder=embedder)
+                       strategy=strategy, embedder=embedder, database_url=database)
     bank = None
     try:
         from amb_dspy.view.progress import progress_display
@@ -114,10 +112,8 @@ def run(
             bank = MemoryBank(config, compiled=compiled, progress=fan_out(progress_display(console, status), trace_writer))
             if bank.notice:
                 console.print(f"[yellow]{bank.notice}[/]")
-            if resume is not None:
-                result = bank.resume(resume)
-            else:
-                result = bank.run(task or "", context=context, images=list(image), bank=bank_file)
+            result = bank.resume(resume) if resume is not None else \
+                bank.run(task or "", context=context, images=list(image), bank=bank_file)
     except KeyboardInterrupt:
         _fail(_interrupted(bank, export), code=130)
     except UserError as exc:  # what the user can fix: one line, no traceback
@@ -176,6 +172,7 @@ def ingest(
     compiled: Path | None = typer.Option(None, "--compiled", help="directory written by `amb optimize`"),
     policy: str | None = typer.Option(None, "--policy", help="lm, heuristic (no LM needed at all) or auto (default)"),
     embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
+    database: str | None = typer.Option(None, "--database", "--database-url", help=DATABASE_HELP),
 ) -> None:
     """Add documents to a bank (no planning, no executor); then ask it many questions with `amb run --bank`.
 
@@ -184,14 +181,14 @@ def ingest(
     line and is skipped: the others are added, and the exit code is 1."""
     from rich.console import Console
 
-    from amb_dspy.storage.bank_names import bank_path
+    from amb_dspy.storage.bank_names import bank_place
 
     console = Console(stderr=True)
-    config = _settings(lm=lm, policy=policy, embedder=embedder)
+    config = _settings(lm=lm, policy=policy, embedder=embedder, database_url=database)
     sources = [*(paths or []), *([str(context_file)] if context_file else [])]
     if not sources or (bank_name is None and export is None):
         _fail("say what to add (PATH... or --context-file) and where (--bank BANK or --export FILE)", code=2)
-    target = bank_path(bank_name, config.paths.storage_dir) if bank_name else None
+    target = bank_place(bank_name, config.paths.storage_dir, config.paths.database_url) if bank_name else None
     bank = result = None
 
     def call() -> None:
@@ -239,9 +236,9 @@ def _export(bank, path: Path) -> Path:
 def _interrupted(bank, export: Path | None) -> str:
     """What an interrupted run kept: the memory built so far, exported when --export was given; an ingest into a
     bank database: every document committed before the interrupt (the same command adds the rest)."""
-    from amb_dspy.storage.bank_db import is_bank_db
+    from amb_dspy.storage.bank_place import bank_at
 
-    if bank is not None and bank.added is not None and export is not None and is_bank_db(export):
+    if bank is not None and bank.added is not None and export is not None and bank_at(export).grows:
         committed = bank.added.done - len(bank.added.unchanged)
         return f"interrupted: {committed} documents committed to {export}; the same command adds the rest"
     if bank is None or bank.session is None:
@@ -258,16 +255,17 @@ def show_bank(
     node: str | None = typer.Option(None, "--node", help="show one node in full (its id, or the first characters of it)"),
     html: Path | None = typer.Option(None, "--html", help="write a self-contained HTML view of the bank here"),
     trace: Path | None = typer.Option(None, "--trace", help="print a trace written by `amb run --trace` as a table"),
+    database: str | None = typer.Option(None, "--database", "--database-url", help=DATABASE_HELP),
 ) -> None:
     """See a bank: its Insight Doc, nodes and merges (or one node with --node), an offline HTML view, or a run's trace."""
     from rich.console import Console
 
-    from amb_dspy.config import AmbConfig
-    from amb_dspy.storage.bank_names import bank_path
+    from amb_dspy.storage.bank_names import bank_place
     from amb_dspy.view import show
 
+    paths = _settings(database_url=database).paths
     try:  # not _run_command: looking at a bank must not load DSPy to learn its error classes
-        bank = bank_path(bank, AmbConfig().paths.storage_dir) if bank is not None else None
+        bank = bank_place(bank, paths.storage_dir, paths.database_url) if bank is not None else None
         show(Console(), bank=bank, node=node, html=html, trace=trace)
     except (UserError, OSError) as exc:
         _fail(one_line(exc))

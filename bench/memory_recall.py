@@ -19,7 +19,11 @@ normalised as ``optimize.metrics.normalize_answer`` does, appears in the block's
 ``estimate_tokens``'s (a deliberately high estimate).
 
     python bench/memory_recall.py locomo:PATH|hotpotqa:PATH [--n N] [--start I] [--policy heuristic|lm|auto]
-                                  [--lm MODEL]
+                                  [--lm MODEL] [--database postgresql://...]
+
+Each bank is measured as it reads back after a save, as ``amb ingest --bank`` saves it and a task opens it: a
+SQLite bank database (``STORAGE_DIR/banks/``), or with ``--database URL`` a named bank in that PostgreSQL
+database (``bench/with_postgres.py`` starts a throwaway server). The figures are the same on both.
 
 PATH for LoCoMo is one conversation's JSON file or a folder of them. ``--n`` limits questions (LoCoMo: over
 all conversations; HotpotQA: items), ``--start`` skips the first HotpotQA items (``--start 150 --n 150``:
@@ -55,9 +59,11 @@ import numpy as np
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig, RankWeights
-from amb_dspy.memory.view import LINE_TOKENS, EvidenceView, Ranking, SummaryView
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.memory.view import LINE_TOKENS, EvidenceView, Ranking, SummaryView, export_bank
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.storage import bank_names
 from optimize.hotpotqa import load_hotpotqa
 from optimize.locomo import CATEGORIES, load_locomo
 from optimize.metrics import normalize_answer
@@ -159,13 +165,25 @@ def _line_spans(lines, offsets: dict[str, int]) -> list[Span]:
             for line in lines if line.entry_id in offsets]
 
 
+def saved_and_opened(store: MemoryStore, where, embedder) -> MemoryStore:
+    """The bank as a save to ``where`` (a bank database file, or a named bank in PostgreSQL) and a fresh open give it
+    back, as ``amb ingest --bank`` saves it (its lines' vectors too) and a task opens it."""
+    export_bank(store, where)
+    return MemoryStore.load(where, embedder)
+
+
+def bank_place(config: AmbConfig, number: int):
+    """Where the bank of the ``number``-th context is kept: the configured database, else a bank database file."""
+    return bank_names.bank_place(f"recall-{number}", config.paths.storage_dir, config.paths.database_url)
+
+
 def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: RankWeights, line_tokens: int) -> dict:
     rows = {(view, budget): {"recall": [], "answer": [], "tokens": []} for view in VIEWS for budget in BUDGETS}
     kinds: dict[tuple[str, str], dict[str, list[float]]] = {}  # (kind, view) -> recalls at 1,000 tokens
     ingest = {"seconds": 0.0, "calls": 0, "prompt_tokens": 0, "completion_tokens": 0, "nodes": [],
               "seconds_each": [], "node_tokens": []}
     context_tokens, ceiling = [], []
-    for context in contexts:
+    for number, context in enumerate(contexts):
         bank = MemoryBank(config, lm=lm, embedder=embedder)
         result = bank.ingest(context.text, context.name)
         ingest["seconds"] += result.seconds
@@ -174,7 +192,7 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: R
         for usage in result.usage.values():
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
-        store = bank.session.store
+        store = saved_and_opened(bank.session.store, bank_place(config, number), embedder)
         offsets = entry_offsets(store.tree.entries.values(), context.text)  # spans are read as the context's
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)
@@ -224,6 +242,7 @@ def main() -> None:
                             help=setting.description)
     parser.add_argument("--start", type=int, default=0, help="HotpotQA: skip this many items first")
     parser.add_argument("--topic-tokens", default=None, help="MIN:MAX tokens of a topic node (AMB_TOPIC_*_TOKENS)")
+    parser.add_argument("--database", default="", help="keep the banks in this PostgreSQL database (postgresql://...)")
     args = parser.parse_args()
 
     kind = args.dataset.partition(":")[0].strip().lower()
@@ -243,7 +262,7 @@ def main() -> None:
         # One agent call at a time: concurrent structure calls fill the embedder's cache in a racing order, and a
         # text's vector differs in the last bits with the batch it was embedded in (reruns differed by ~0.01).
         config = AmbConfig(policy=args.policy, storage_dir=Path(work) / "storage", temp_dir=Path(work) / "temp",
-                           lm_threads=1, **({"lm": args.lm} if args.lm else {}), **topic)
+                           lm_threads=1, database_url=args.database, **({"lm": args.lm} if args.lm else {}), **topic)
         started = time.monotonic()
         weights = RankWeights(**{name: getattr(args, name) for name in RankWeights.model_fields})
         measured = measure(contexts, config, lm, embedder, weights, args.line_tokens)
@@ -253,7 +272,9 @@ def main() -> None:
     default = config.memory_view
     n_questions = len(rows[("flat", BUDGETS[0])]["recall"])
     mean = statistics.fmean
-    print(f"{args.dataset}: {len(contexts)} context(s), {n_questions} questions, policy {args.policy}; "
+    backend = "postgresql" if args.database else "sqlite"
+    print(f"{args.dataset}: {len(contexts)} context(s), {n_questions} questions, policy {args.policy}, banks in "
+          f"{backend}, load {os.getloadavg()[0]:.2f}; "
           f"ingest {ingest['seconds']:.1f} s, {ingest['calls']} LM calls, nodes {ingest['nodes'][:10]}; "
           f"whole context {mean(measured['context_tokens']):.0f} tokens (mean); {seconds:.0f} s in all")
     print(f"{'view':<10}{'budget':>8}{'evidence recall':>17}{'answer recall':>15}{'tokens (mean)':>15}")
@@ -274,7 +295,8 @@ def main() -> None:
     print(f"answer ceiling {mean(measured['ceiling']):.3f}; nodes per context {statistics.median(ingest['nodes']):.0f} "
           f"(median), tokens per node {statistics.median(node_tokens):.0f} median, {max(node_tokens)} max; "
           f"ingest {max(ingest['seconds_each']):.1f} s at most per context")
-    result = {"dataset": args.dataset, "policy": args.policy, "n_questions": n_questions, "default_view": default}
+    result = {"dataset": args.dataset, "policy": args.policy, "n_questions": n_questions, "default_view": default,
+              "bank_backend": backend, "load_1m": round(os.getloadavg()[0], 2)}
     for prefix, view in (("memory", default), ("summary", "summary"), ("evidence", "evidence"), ("flat", "flat")):
         for budget in BUDGETS:
             result[f"{prefix}_recall_{budget}"] = round(mean(rows[(view, budget)]["recall"]), 4)

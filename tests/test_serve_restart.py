@@ -28,6 +28,7 @@ from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.errors import InputError  # noqa: E402
 from amb_dspy.serve.registry import TaskRegistry  # noqa: E402
 from amb_dspy.serve.task_store import SqliteTaskStore  # noqa: E402
+from amb_dspy.serve.task_store_pg import PostgresTaskStore  # noqa: E402
 
 
 class Server:
@@ -89,8 +90,13 @@ def entries(url: str, task_id: str) -> list[str]:
     return [e["text"] for e in json.loads(Path(path).read_text())["interaction_tree"]["entries"]]
 
 
-def test_a_task_goes_on_after_kill_9_and_after_sigterm_with_the_same_context(tmp_path):
-    with server(tmp_path) as amb:
+def database_flags(backend: str) -> tuple[str, ...]:
+    """``amb serve``'s flags for a store test's backend (``store_backend``): none for SQLite, --database URL."""
+    return () if backend == "sqlite" else ("--database", backend)
+
+
+def test_a_task_goes_on_after_kill_9_and_after_sigterm_with_the_same_context(tmp_path, store_backend):
+    with server(tmp_path, *database_flags(store_backend)) as amb:
         amb.start()
         task_id = ok(amb.url, ("memory_start_task", {"goal": GOAL}))[0]["task_id"]
         context = ok(amb.url, observe(task_id, 0, wait=True), observe(task_id, 1), observe(task_id, 2),
@@ -157,33 +163,35 @@ def bank(tmp_path: Path, embedder) -> MemoryBank:
     return MemoryBank(config, lm=make_lm(), embedder=embedder)
 
 
-def registry(bank: MemoryBank) -> TaskRegistry:
-    """The server's registry and task store, as a newly started server has them."""
+def registry(bank: MemoryBank, backend: str = "sqlite") -> TaskRegistry:
+    """The server's registry and task store, as a newly started server has them (``backend``: ``store_backend``)."""
     storage = bank.config.paths.storage_dir
-    store = SqliteTaskStore(storage / "tasks", bank.open_session, bank.embedder)
+    store = SqliteTaskStore(storage / "tasks", bank.open_session, bank.embedder) if backend == "sqlite" else \
+        PostgresTaskStore(backend, bank.open_session, bank.embedder)
     return TaskRegistry(bank.start_session, export_dir=storage / "sessions", store=store)
 
 
-def test_a_task_is_reached_by_its_owner_only_before_and_after_a_restart(bank):
-    first = registry(bank)
+def test_a_task_is_reached_by_its_owner_only_before_and_after_a_restart(bank, store_backend):
+    first = registry(bank, store_backend)
     task_id = first.start(GOAL, owner="key-a").task_id
     assert first.get(task_id, owner="key-a").task_id == task_id
-    for reg in (first, registry(bank)):  # the second: a restarted server
+    for reg in (first, registry(bank, store_backend)):  # the second: a restarted server
         for other in ("key-b", None):
             with pytest.raises(InputError, match=f"^no open task '{task_id}': start one"):
                 reg.get(task_id, owner=other)
-    assert registry(bank).get(task_id, owner="key-a").task_id == task_id
+    assert registry(bank, store_backend).get(task_id, owner="key-a").task_id == task_id
 
 
-def test_a_result_accepted_but_not_yet_memory_becomes_memory_after_a_restart(bank):
-    first = registry(bank)
+def test_a_result_accepted_but_not_yet_memory_becomes_memory_after_a_restart(bank, store_backend):
+    first = registry(bank, store_backend)
     session = first.start(GOAL)
     session.observe("search", {"query": "festival"}, RESULTS[0])
     first.store.observing(session, "search", {"query": "city"}, RESULTS[1])  # accepted; killed before converting
-    again = registry(bank).get(session.task_id)
+    again = registry(bank, store_backend).get(session.task_id)
     assert RESULTS[1] in again.context()
     assert [e.text for e in again.store.tree.entries.values()] == RESULTS[:2]
-    assert [e.text for e in registry(bank).get(session.task_id).store.tree.entries.values()] == RESULTS[:2]
+    assert [e.text for e in registry(bank, store_backend).get(session.task_id).store.tree.entries.values()] == \
+        RESULTS[:2]
 
 
 def test_a_damaged_task_file_is_one_line_naming_the_task(bank):

@@ -245,3 +245,12 @@ class PathSettings(Section):
     temp_dir: Path = Field(default_factory=lambda: Path(user_data_dir("amb-dspy")) / "temp")  # AMB_TEMP_DIR
     cache_dir: Path = Field(default_factory=lambda: user_cache_dir() / "amb-dspy",
                             description="the exported ONNX embedding model and corpus indexes (AMB_CACHE_DIR)")
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        """Empty, or a PostgreSQL URL (``postgresql://`` or ``postgres://``): anything else is refused before use."""
+        value = value.strip()
+        if value and value.split("://", 1)[0] not in ("postgresql", "postgres"):
+            raise ValueError("not a PostgreSQL URL: postgresql://user@host:port/database")
+        return value

@@ -1,41 +1,45 @@
 """How a store is saved and opened: a bank file in either format (the JSON interchange file, or the bank database
-that grows, :mod:`amb_dspy.storage.bank_db`). :class:`~amb_dspy.memory.graph_ops.MemoryStore` has these methods;
-they read and write files and build new stores, and change no store but by its save point."""
+that grows, :mod:`amb_dspy.storage.bank_db`), or a named bank in PostgreSQL (:mod:`amb_dspy.storage.bank_pg`),
+wherever :func:`~amb_dspy.storage.bank_place.bank_at` says the bank lives.
+:class:`~amb_dspy.memory.graph_ops.MemoryStore` has these methods; they read and write banks and build new stores,
+and change no store but by its save point."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Self
 
 import numpy as np
 
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.embedding_base import embedding_model_name
-from amb_dspy.storage.bank_db import BankParts, is_bank_db, read_bank, write_bank_db
 from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
+from amb_dspy.storage.bank_place import bank_at
+from amb_dspy.storage.bank_rows import BankParts
 from amb_dspy.storage.insight_doc import InsightDoc
 
 
 class StoreFiles:
     """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
 
-    def export(self, path, also=None) -> Path:
-        """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
-        notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
+    def export(self, path, also=None):
+        """Save the bank; returns where it was written (another path or bank name when the one there holds a larger
+        bank, with a notice). ``path``: a file, or a :class:`~amb_dspy.storage.bank_pg.DatabaseBank` (a bank database
+        too). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
         (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
         from writes only what changed since, the new line vectors included (the evidence view's,
         ``line_vectors``; :func:`amb_dspy.memory.view.embed_lines` embeds the lines of the nodes a save writes).
         Any other path gets the whole bank as one JSON file
         (:mod:`amb_dspy.storage.bank_file`), the interchange format. ``also(connection)``: more statements in a bank
         database save's transaction (:func:`~amb_dspy.storage.bank_db.write_bank_db`)."""
-        if not is_bank_db(path):
-            return dump_bank(path, self.insight_doc, self.graph, self.tree, self.index.dim,
+        place = bank_at(path)
+        if not place.grows:
+            return dump_bank(place.path, self.insight_doc, self.graph, self.tree, self.index.dim,
                              embedding_model_name(self.embedder), self.hops)
         parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
                           self.hops, self.line_vectors, self.lines_complete())
-        self.save_point = write_bank_db(path, parts, self.save_point, self.unsaved_nodes, also=also)
+        self.save_point = place.write(parts, self.save_point, self.unsaved_nodes, also=also)
         self.unsaved_nodes = set()
-        return self.save_point.path
+        return self.save_point.where
 
     def has_unsaved(self) -> bool:
         """Whether the next save to the bank database this store last saved to or came from would write
@@ -52,8 +56,9 @@ class StoreFiles:
 
     @classmethod
     def load(cls, path, embedder: Embedder, notices: list[str] | None = None) -> Self:
-        """A new store from a bank file of either format (a JSON file or a bank database, decided by the file);
-        raises BankFileError and builds nothing if the file is bad.
+        """A new store from a bank file of either format (a JSON file or a bank database, decided by the file), or a
+        named bank in PostgreSQL (``path`` a :class:`~amb_dspy.storage.bank_pg.DatabaseBank`); raises BankFileError
+        and builds nothing if the bank is bad or missing.
 
         Stored embeddings are used as they are when the file names the embedder's model; a file made
         with another model (or not naming one, or of another dimension) is embedded again, its indexes built at the
@@ -61,7 +66,7 @@ class StoreFiles:
         database's line vectors of the embedder's model come with it (``line_vectors``), so the evidence view
         embeds no line it already embedded.
         """
-        loaded, point = read_bank(path, None, embedding_model_name(embedder), embedder.dim)
+        loaded, point = bank_at(path).read(None, embedding_model_name(embedder), embedder.dim)
         store = cls.from_loaded(loaded, embedder, path, notices)
         store.save_point = point
         return store

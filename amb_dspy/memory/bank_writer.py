@@ -14,6 +14,10 @@ another writer committed, and the store is loaded again in full (rows, vectors a
 writer changed (re-linked, re-described), which the database does not record. A writer adding alone never
 reloads.
 
+Where the bank lives is :func:`~amb_dspy.storage.bank_place.bank_at`'s: a bank database file (its lock a ``flock``
+beside it) or a named bank in PostgreSQL (an advisory lock, :mod:`amb_dspy.storage.bank_pg`); the commit is the
+same on both.
+
 A JSON bank is one document rewritten whole: it cannot take each writer's commits. Its writer holds the lock
 from the start of the add to the end, when it writes the file once (:meth:`close`); a second writer meanwhile is
 refused in one line that names the bank database form, rather than one of the two losing its work.
@@ -29,27 +33,28 @@ from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.storage.bank_db import holds_no_bank, is_bank_db, saved_id
-from amb_dspy.storage.bank_lock import bank_lock
+from amb_dspy.storage.bank_place import bank_at
 from amb_dspy.storage.insight_doc import InsightDoc
 
 T = TypeVar("T")
 
 
 class BankWriter:
-    """The writer of one add to the bank file at ``path`` (a database or a JSON file), or to a store in memory
-    (``path`` None: ``store``, or a new one); ``notify`` hears what a user should know (a wait, a reload's notices)."""
+    """The writer of one add to the bank at ``path`` (a database or a JSON file, or a named bank in PostgreSQL:
+    :func:`~amb_dspy.storage.bank_place.bank_at`), or to a store in memory (``path`` None: ``store``, or a new
+    one); ``notify`` hears what a user should know (a wait, a reload's notices)."""
 
-    def __init__(self, path: Path | None, embedder: Embedder, *, store: MemoryStore | None = None,
+    def __init__(self, path, embedder: Embedder, *, store: MemoryStore | None = None,
                  notify: Callable[[str], None] = lambda line: None):
         self.path, self.embedder, self.notify = path, embedder, notify
-        self.database = path is not None and is_bank_db(path)
-        self._lock = bank_lock(path) if path is not None else None
+        self.place = bank_at(path) if path is not None else None
+        self.database = self.place is not None and self.place.grows
+        self._lock = self.place.lock() if self.place is not None else None
         self._waited = False
         self._stale = False  # the store holds changes a failed commit did not save: the next one reloads
         if path is not None and not self.database and not self._lock.acquire(wait=False):
             raise InputError(f"{path} is being written by another process: a JSON bank takes one writer at a time "
-                             f"(add to the bank database {path.with_suffix('.sqlite')} to run many at once)")
+                             f"(add to the bank database {Path(path).with_suffix('.sqlite')} to run many at once)")
         try:
             self.store = store if store is not None else self._open()
         except BaseException:
@@ -88,7 +93,7 @@ class BankWriter:
         finally:
             self._lock.release()
 
-    def close(self) -> Path | None:
+    def close(self):
         """End the add: a JSON bank is written (when the add changed it) and its lock let go. Returns the file
         written, or None (a bank database was written at each commit)."""
         if self.path is None or self.database:
@@ -116,17 +121,17 @@ class BankWriter:
 
     def _fresh(self) -> MemoryStore:
         """The store, loaded again when another writer committed since it was saved or loaded (under the lock)."""
-        point, current = self.store.save_point, saved_id(self.path)
+        point, current = self.store.save_point, self.place.saved_id()
         if current is None and point is None and not self._stale:
             return self.store  # a new bank nobody has saved yet
-        if self._stale or point is None or point.path != self.path or point.save_id != current:
+        if self._stale or point is None or bank_at(point.where) != self.place or point.save_id != current:
             self.store, self._stale = self._open(), False
         return self.store
 
     def _open(self) -> MemoryStore:
         """The bank at ``path`` (BankFileError, one line, when the file is no bank), or a new one when the file
         holds none (missing, or a database without tables that an interrupted first save used to leave)."""
-        if self.path is None or (self.database and holds_no_bank(self.path)) or not self.path.exists():
+        if self.place is None or (self.database and self.place.holds_no_bank()) or not self.place.exists():
             return MemoryStore(self.embedder, InsightDoc(task_goal="Ingest documents"))
         notices: list[str] = []
         store = MemoryStore.load(self.path, self.embedder, notices)

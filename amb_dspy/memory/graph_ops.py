@@ -17,8 +17,8 @@ import numpy as np
 from amb_dspy.memory.bank_io import StoreFiles, embedding_model_name
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
-from amb_dspy.storage.bank_db import SavePoint
 from amb_dspy.storage.bank_file import check_sources
+from amb_dspy.storage.bank_rows import SavePoint
 from amb_dspy.storage.clock import now
 from amb_dspy.storage.content import ContextUpdate, NodeContent
 from amb_dspy.storage.hops import Hop

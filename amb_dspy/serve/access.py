@@ -144,11 +144,11 @@ class KeyedHost(ToolHost):
     def namespace(self, namespace: str | None) -> str:
         return reached_namespace(self.namespaces, namespace)
 
-    def bank_file(self, bank: str | None) -> Path | None:
-        path = super().bank_file(bank)
+    def bank_file(self, bank: str | None):
+        path = super().bank_file(bank)  # a bank in the database: a named bank, never a task's (task/ID)
         shared = [(self.config.paths.storage_dir.expanduser() / BANKS_FOLDER).resolve(),
                   *(Path(d).expanduser().resolve() for d in self.allowed_dirs)]
-        if path is not None and not any(path.is_relative_to(folder) for folder in shared):
+        if isinstance(path, Path) and not any(path.is_relative_to(folder) for folder in shared):
             raise InputError(f"bank file {bank}: tasks and their exports are not shared between keys; start from a "
                              "bank in the storage folder's banks/ or a folder the operator allows")
         return path

@@ -18,6 +18,8 @@ CLIENT_CONFIG_FILES = {
 EMBEDDER_HELP = ("the embedder (AMB_EMBEDDER): local (the bundled all-MiniLM-L6-v2, default), a folder holding a "
                  "sentence-transformers model, or a LiteLLM embedding model for dspy.Embedder "
                  "(openai/text-embedding-3-small); a bank made with another one is embedded again on load")
+DATABASE_HELP = ("a PostgreSQL database, postgresql://user@host:port/db (AMB_DATABASE_URL), that holds the named "
+                 "banks (--bank NAME) and amb serve's tasks; default: files under STORAGE_DIR")
 
 
 def fail(line: str, code: int = 1) -> None:
@@ -41,16 +43,19 @@ def serve_command(
     allow_host: list[str] = typer.Option([], "--allow-host", help="a Host header (name or address, optionally :PORT) the HTTP server answers to beyond loopback names and --host (repeatable)"),
     print_config: str | None = typer.Option(None, "--print-config", help="print the MCP config for claude or cursor that starts this server (this install, absolute paths) and exit"),
     embedder: str | None = typer.Option(None, "--embedder", help=EMBEDDER_HELP),
+    database: str | None = typer.Option(None, "--database", "--database-url", help=DATABASE_HELP),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
     from amb_dspy.errors import InputError, UserError, one_line
 
-    config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None, embedder=embedder)
+    config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None, embedder=embedder,
+                       database_url=database)
     if print_config is not None:
         flags = [*(["--lm", lm] if lm else []), *(["--policy", policy] if policy else []),
                  *(["--compiled", str(Path(compiled).resolve())] if compiled else []),
                  *(["--namespace", namespace] if namespace else []), *(["--remember"] if remember else []),
                  *(["--embedder", config.embedding.embedder] if embedder else []),
+                 *(["--database", config.paths.database_url] if database else []),
                  *[flag for folder in allow_dir for flag in ("--allow-dir", str(folder.resolve()))]]
         typer.echo(client_config(print_config, flags))
         return
@@ -63,6 +68,10 @@ def serve_command(
             if not folder.is_dir():
                 raise InputError(f"--allow-dir {folder}: no such folder")
         bank = MemoryBank(config, compiled=compiled)
+        if config.paths.database_url:  # reached, and its schema brought up to date, before serving
+            from amb_dspy.serve.task_store_pg import open_database
+
+            open_database(config.paths.database_url)
     except ImportError as exc:
         fail(f"{one_line(exc)}: install the server with pip install 'amb-dspy[mcp]'")
     except UserError as exc:

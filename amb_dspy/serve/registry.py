@@ -6,7 +6,8 @@ itself, agents keep no per-call state, each thread sets its LM with ``dspy.conte
 one request at a time (on its session's own thread), tasks run at once.
 
 With a :class:`~amb_dspy.serve.task_store.TaskStore` every task is also kept there as it changes: a task this
-process does not hold (the server restarted) is reopened from the store on first use, and one closed says where
+process does not hold (the server restarted, or another replica on the same PostgreSQL database started it or
+changed it since) is reopened from the store on first use, and one closed says where
 its bank is, across restarts. A task started with an ``owner`` (an API key's id) is reached by that owner only:
 to anyone else it is "no open task", as if it did not exist.
 """
@@ -59,7 +60,7 @@ class TaskRegistry:
                 raise InputError(f"{len(self._tasks)} tasks are open, the server's limit: end one first")
         session = self._start_session(goal, bank=bank, namespace=namespace)
         if self.store is not None:
-            self.store.create(session, bank=None if bank is None else Path(bank), owner=owner)
+            self.store.create(session, bank=bank, owner=owner)
         self._hold(session, owner)
         return session
 
@@ -72,8 +73,12 @@ class TaskRegistry:
 
     def get(self, task_id: str, owner: str | None = None) -> TaskSession:
         """The open task ``task_id`` of ``owner`` (its idle clock restarts), reopened from the store when this
-        process does not hold it, or InputError saying why there is none (another owner's: as if none)."""
+        process does not hold it or holds it as it was before another process (a replica on the same database)
+        changed it, or InputError saying why there is none (another owner's: as if none)."""
         session = self._held(task_id, owner)
+        if session is not None and self.store is not None and not self.store.current(session):
+            self._let_go(session)
+            session = None
         if session is not None:
             return session
         if self.store is not None:
@@ -99,6 +104,15 @@ class TaskRegistry:
                 return None
             self._used[task_id] = self.clock()
             return session
+
+    def _let_go(self, session: TaskSession) -> None:
+        """Stop holding a session another process changed the task behind: it commits nothing more, and the task
+        is reopened from the store."""
+        session.keeper = None
+        session.worker.close()
+        with self._lock:
+            if self._tasks.get(session.task_id) is session:
+                del self._tasks[session.task_id], self._used[session.task_id], self._owners[session.task_id]
 
     def _forget_closed(self) -> None:
         """Drop the tasks their clients ended (``memory_end_task`` closes the session itself)."""

@@ -41,7 +41,7 @@ from amb_dspy.serve import access
 from amb_dspy.serve.keys import KeyStore
 from amb_dspy.serve.registry import TaskRegistry
 from amb_dspy.serve.stopping import InFlight, drain_on_sigterm, run_http
-from amb_dspy.serve.task_store import TASKS_FOLDER, SqliteTaskStore
+from amb_dspy.serve.task_store import TASKS_FOLDER, SqliteTaskStore, TaskStore
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.tool_results import ToolResult
 from amb_dspy.task.tools import SESSIONS_FOLDER, TOOLS, MemoryTool, ToolFailure, ToolHost, validation_line
@@ -135,6 +135,16 @@ def _start_owned(registry: TaskRegistry, key: access.Caller, goal: str, *, bank:
                           owner=key.key_id)
 
 
+def task_store(bank: MemoryBank) -> TaskStore:
+    """Where the server keeps its tasks: the configured PostgreSQL database, else files under STORAGE_DIR/tasks."""
+    url = bank.config.paths.database_url
+    if url:
+        from amb_dspy.serve.task_store_pg import PostgresTaskStore
+
+        return PostgresTaskStore(url, bank.open_session, bank.embedder)
+    return SqliteTaskStore(bank.config.paths.storage_dir / TASKS_FOLDER, bank.open_session, bank.embedder)
+
+
 def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.0.1", idle_s: float = 1800.0,
           max_tasks: int = 256, allowed_dirs: Sequence[str | Path] = (), keys: KeyStore | None = None,
           allow_hosts: Sequence[str] = ()) -> None:
@@ -142,9 +152,11 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
     ``allowed_dirs``: folders beyond the storage folder that memory_start_task may read bank files from;
     ``keys``: the keys every HTTP call must carry one of (None: no key asked); ``allow_hosts``: Host header
     values accepted beyond loopback names and ``host``. Tasks are kept in ``STORAGE_DIR/tasks`` as they change
-    (:mod:`amb_dspy.serve.task_store`): a restarted server goes on with them."""
+    (:mod:`amb_dspy.serve.task_store`), or in the PostgreSQL database of ``AMB_DATABASE_URL`` (``--database``,
+    :mod:`amb_dspy.serve.task_store_pg`): a restarted server, or another replica on that database, goes on with
+    them."""
     storage = bank.config.paths.storage_dir
-    store = SqliteTaskStore(storage / TASKS_FOLDER, bank.open_session, bank.embedder)
+    store = task_store(bank)
     registry = TaskRegistry(bank.start_session, export_dir=storage / SESSIONS_FOLDER, idle_s=idle_s,
                             max_tasks=max_tasks, store=store)
     registry.start_reaper()

@@ -36,6 +36,8 @@ from amb_dspy.errors import InputError, one_line
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc
 from amb_dspy.storage.bank_file import BankFileError
+from amb_dspy.storage.bank_pg import DatabaseBank
+from amb_dspy.storage.bank_place import bank_at
 from amb_dspy.task.session import TaskSession, start_store
 
 TASKS_FOLDER = "tasks"
@@ -46,13 +48,15 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS task_pending (seq INTEGER PRIMARY KEY AUTOINCREMENT, tool TEXT NOT NULL, "
     "arguments TEXT NOT NULL, text TEXT NOT NULL)",
 )
+DATABASE_BANK = "database:"  # a task record's bank: a named bank in the server's PostgreSQL database
 _WAIT_S = 60.0  # how long a write waits for the task's other writer (the first full save of a large bank)
 
 
 class TaskStore(Protocol):
     """Where the server's tasks are kept (see the module docstring); SQLite now, a database server later."""
 
-    def create(self, session: TaskSession, *, bank: Path | None, owner: str | None) -> None: ...
+    def create(self, session: TaskSession, *, bank, owner: str | None) -> None:
+        """Commit a new task's start record (``bank``: the file or named bank it started from, or None)."""
 
     def open(self, task_id: str, owner: str | None) -> TaskSession | None:
         """The task, reopened; None when there is none of this owner; InputError (one line) when it is closed
@@ -70,8 +74,80 @@ class TaskStore(Protocol):
 
     def closed(self, session: TaskSession) -> None: ...
 
+    def current(self, session: TaskSession) -> bool:
+        """Whether the session this process holds is the task as last committed (False: another process
+        committed since, and the task is to be reopened from the store)."""
 
-class SqliteTaskStore:
+
+class KeptTasks:
+    """What every task store does alike: reopen a task from its record, its bank and its pending results. A store
+    gives ``_record(task_id)`` (a dict, None when no such task), ``_pending(task_id)``, ``task_bank(task_id)``
+    (where the task's own store is kept: :func:`~amb_dspy.storage.bank_place.bank_at`), and ``database_url``
+    (where a task started from a named bank in PostgreSQL finds it again; empty: none)."""
+
+    embedder: Any
+    database_url = ""
+    _open_session: Callable[..., TaskSession]
+
+    def closed_where(self, task_id: str, owner: str | None) -> str | None:
+        record = self._record(task_id)
+        if record is None or record["owner"] != owner or record["status"] == "open":
+            return None
+        return record["closed_line"]
+
+    def open(self, task_id: str, owner: str | None) -> TaskSession | None:
+        record = self._record(task_id)
+        if record is None or record["owner"] != owner:
+            return None
+        if record["status"] != "open":
+            raise InputError(record["closed_line"] or f"task {task_id} was closed")
+        try:
+            return self._reopen(task_id, record)
+        except (BankFileError, InputError, KeyError, TypeError, ValueError, sqlite3.Error) as exc:
+            raise InputError(f"task {task_id} cannot be restored: {one_line(exc)}") from None
+
+    def current(self, session: TaskSession) -> bool:
+        return True  # one process holds a task at a time
+
+    def _reopen(self, task_id: str, record: dict[str, Any]) -> TaskSession:
+        """The task's session as last committed, its pending results queued again; a start whose store was never
+        written is done again from the bank it started from."""
+        place, notices = self.task_bank(task_id), []
+        if place.saved_id() is not None:
+            store = MemoryStore.load(place, self.embedder, notices)
+            if store.insight_doc is None or store.insight_doc.doc_id != task_id:
+                raise ValueError(f"the bank in {place} is another task's, not this one's")
+        else:
+            bank = self.started_from(record["bank"])
+            if bank is not None and not bank_at(bank).exists():
+                raise ValueError(f"it started from {bank}, which is no longer there")
+            store, notices = start_store(self.embedder, bank, InsightDoc(task_goal=record["goal"], doc_id=task_id))
+        session = self._open_session(store, namespace=record["namespace"])
+        session.resume(json.loads(record["snapshot"]))
+        session.state.notices.extend(notices)
+        session.keeper = self
+        if store.save_point is None:
+            session.submit(lambda: self.changed(session))
+        session.replay(self._pending(task_id))
+        return session
+
+    def started_from(self, text: str | None):
+        """The bank a task's record says it started from: a file, or a named bank in the database."""
+        if text is None or not text.startswith(DATABASE_BANK):
+            return None if text is None else Path(text)
+        if not self.database_url:
+            raise ValueError(f"it started from a bank in a database this server does not use ({text})")
+        return DatabaseBank(self.database_url, text[len(DATABASE_BANK):])
+
+
+def bank_record(bank) -> str | None:
+    """How a task's record names the bank it started from (:meth:`KeptTasks.started_from` reads it back)."""
+    if bank is None:
+        return None
+    return f"{DATABASE_BANK}{bank.name}" if isinstance(bank, DatabaseBank) else str(bank)
+
+
+class SqliteTaskStore(KeptTasks):
     """Each task in its own SQLite file under ``folder`` (see the module docstring). ``open_session(store,
     namespace=)`` makes a session on a store (``MemoryBank.open_session``); ``embedder`` reads stores back."""
 
@@ -84,11 +160,11 @@ class SqliteTaskStore:
         return self.folder / f"{task_id}.sqlite" if _TASK_ID.fullmatch(task_id or "") else None
 
     # --- writing ------------------------------------------------------------------------------
-    def create(self, session: TaskSession, *, bank: Path | None, owner: str | None) -> None:
+    def create(self, session: TaskSession, *, bank, owner: str | None) -> None:
         """Commit the start record, then queue the store's first full write on the task's thread."""
         path = self.path(session.task_id)
         self.folder.mkdir(parents=True, exist_ok=True)
-        record = (session.task_id, session.store.insight_doc.task_goal, None if bank is None else str(bank),
+        record = (session.task_id, session.store.insight_doc.task_goal, bank_record(bank),
                   session.namespace, owner, "open", None, json.dumps(session.snapshot(), ensure_ascii=False))
         with self._connection(path, schema=True) as connection:
             connection.execute("BEGIN IMMEDIATE")
@@ -127,44 +203,8 @@ class SqliteTaskStore:
                                "WHERE id = ? AND status = 'open'", (line, task_id))
 
     # --- reading ------------------------------------------------------------------------------
-    def closed_where(self, task_id: str, owner: str | None) -> str | None:
-        record = self._record(task_id)
-        if record is None or record["owner"] != owner or record["status"] == "open":
-            return None
-        return record["closed_line"]
-
-    def open(self, task_id: str, owner: str | None) -> TaskSession | None:
-        record = self._record(task_id)
-        if record is None or record["owner"] != owner:
-            return None
-        if record["status"] != "open":
-            raise InputError(record["closed_line"] or f"task {task_id} was closed")
-        try:
-            return self._reopen(task_id, record)
-        except (BankFileError, InputError, KeyError, TypeError, ValueError, sqlite3.Error) as exc:
-            raise InputError(f"task {task_id} cannot be restored: {one_line(exc)}") from None
-
-    def _reopen(self, task_id: str, record: dict[str, Any]) -> TaskSession:
-        """The task's session as last committed, its pending results queued again; a start whose store was never
-        written is done again from its bank file."""
-        path, notices = self.path(task_id), []
-        if _saved(path):
-            store = MemoryStore.load(path, self.embedder, notices)
-            if store.insight_doc is None or store.insight_doc.doc_id != task_id:
-                raise ValueError(f"the bank in {path} is another task's, not this one's")
-        else:
-            bank = record["bank"]
-            if bank is not None and not Path(bank).is_file():
-                raise ValueError(f"it started from {bank}, which is no longer there")
-            store, notices = start_store(self.embedder, bank, InsightDoc(task_goal=record["goal"], doc_id=task_id))
-        session = self._open_session(store, namespace=record["namespace"])
-        session.resume(json.loads(record["snapshot"]))
-        session.state.notices.extend(notices)
-        session.keeper = self
-        if store.save_point is None:
-            session.submit(lambda: self.changed(session))
-        session.replay(self._pending(path))
-        return session
+    def task_bank(self, task_id: str):
+        return bank_at(self.path(task_id))
 
     def _record(self, task_id: str) -> dict[str, Any] | None:
         """The task's record row; None when there is no such task; InputError when its file is damaged."""
@@ -182,8 +222,8 @@ class SqliteTaskStore:
             raise InputError(f"task {task_id} cannot be restored: {path} holds no record of it")
         return dict(row)
 
-    def _pending(self, path: Path) -> list[tuple[int, str, dict[str, Any], str]]:
-        with closing(sqlite3.connect(path, timeout=_WAIT_S)) as connection:
+    def _pending(self, task_id: str) -> list[tuple[int, str, dict[str, Any], str]]:
+        with closing(sqlite3.connect(self.path(task_id), timeout=_WAIT_S)) as connection:
             rows = connection.execute("SELECT seq, tool, arguments, text FROM task_pending ORDER BY seq").fetchall()
         return [(int(seq), str(tool), json.loads(arguments), str(text)) for seq, tool, arguments, text in rows]
 
@@ -196,12 +236,3 @@ class SqliteTaskStore:
         for statement in _SCHEMA if schema else ():
             connection.execute(statement)
         return closing(connection)
-
-
-def _saved(path: Path) -> bool:
-    """Whether the task's file holds its store (a bank database saved in full at least once)."""
-    with closing(sqlite3.connect(path, timeout=_WAIT_S)) as connection:
-        try:
-            return connection.execute("SELECT 1 FROM meta WHERE key = 'save_id'").fetchone() is not None
-        except sqlite3.OperationalError:  # no meta table yet
-            return False

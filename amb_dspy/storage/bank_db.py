@@ -34,21 +34,15 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import uuid
 from collections.abc import Callable, Collection
 from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from amb_dspy.errors import one_line
 from amb_dspy.files import PRIVATE_MODE, link_new, new_temp_beside, replace_with
 from amb_dspy.notices import Notify, notice
 from amb_dspy.storage.bank_file import (
-    FORMAT_NAME,
-    SCHEMA_VERSION,
     BankFileError,
     LoadedBank,
     bank_from_payload,
@@ -56,11 +50,19 @@ from amb_dspy.storage.bank_file import (
     load_bank,
 )
 from amb_dspy.storage.bank_lock import bank_lock
-from amb_dspy.storage.hops import Hop
-from amb_dspy.storage.insight_doc import InsightDoc
-from amb_dspy.storage.interaction_tree import InteractionTree
-from amb_dspy.storage.line_vectors import KEY_BYTES, LineVectors
-from amb_dspy.storage.query_graph import QueryGraph
+from amb_dspy.storage.bank_rows import (
+    BankParts,
+    SavePoint,
+    bank_meta,
+    bank_payload_from_rows,
+    entry_rows,
+    event_rows,
+    line_vectors_from_rows,
+    new_save_id,
+    node_rows,
+    save_plan,
+)
+from amb_dspy.storage.line_vectors import LineVectors
 
 DB_SUFFIXES = (".sqlite", ".db")
 _MAGIC = b"SQLite format 3\x00"
@@ -78,18 +80,6 @@ CREATE TABLE merge_events (seq INTEGER PRIMARY KEY, body TEXT NOT NULL);
 
 Also = Callable[[sqlite3.Connection], None]
 """More statements for a save's transaction (see :func:`write_bank_db`)."""
-
-
-@dataclass(frozen=True)
-class SavePoint:
-    """What a store knows of the bank database it last saved to or loaded from: the database's save id
-    then, and how many entries and merge events it held. A later save to the same file writes only what
-    came after, if the file still carries that save id (nobody else wrote it in between)."""
-
-    path: Path
-    save_id: str
-    entries: int
-    merge_events: int
 
 
 def is_bank_db(path: str | Path) -> bool:
@@ -152,57 +142,24 @@ def _payload(path: Path, connection: sqlite3.Connection) -> tuple[dict[str, Any]
     meta = {key: json.loads(value) for key, value in connection.execute("SELECT key, value FROM meta")}
     if "save_id" not in meta:
         raise BankFileError(f"{path}: not a bank database (no save id: never saved in full)")
-    rows = connection.execute("SELECT id, body, entries, vector FROM nodes ORDER BY seq").fetchall()
-    dim = meta.get("embedding_dim")
-    nodes, node_to_entries = [], {}
-    for node_id, body, entries, vector in rows:
-        if not isinstance(dim, int) or len(vector) != 4 * dim:
-            raise BankFileError(f"{path}: node {node_id!r} has a vector of {len(vector)} bytes, not {dim} float32s")
-        nodes.append({**json.loads(body), "id": node_id, "embedding": np.frombuffer(vector, dtype=np.float32)})
-        if entries is not None:
-            node_to_entries[node_id] = json.loads(entries)
-    return {
-        **{key: meta.get(key) for key in ("format", "schema_version", "embedding_model", "insight_doc")},
-        "hops": meta.get("hops", []),
-        "query_graph": {"embedding_dim": dim, "nodes": nodes},
-        "interaction_tree": {
-            "entries": [json.loads(body) for (body,) in connection.execute("SELECT body FROM entries ORDER BY seq")],
-            "node_to_entries": node_to_entries,
-            "merge_events": [json.loads(b) for (b,) in connection.execute("SELECT body FROM merge_events ORDER BY seq")],
-        },
-    }, meta["save_id"]
+    nodes = connection.execute("SELECT id, body, entries, vector FROM nodes ORDER BY seq").fetchall()
+    entries = [body for (body,) in connection.execute("SELECT body FROM entries ORDER BY seq")]
+    events = [body for (body,) in connection.execute("SELECT body FROM merge_events ORDER BY seq")]
+    return bank_payload_from_rows(path, meta, nodes, entries, events), meta["save_id"]
 
 
 def _line_vectors(connection: sqlite3.Connection, model_name: str, dim: int) -> LineVectors:
     """The stored line vectors of this model and dimension, read into one matrix (a row whose sizes do not agree
     is left out, as the vectors of another model are: those lines are embedded again)."""
-    table = LineVectors(model_name, dim)
+    model = LineVectors(model_name, dim).model
     if not connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'line_vectors'").fetchone():
-        return table  # a bank database saved before line vectors were kept
-    rows = [(keys, vectors) for keys, vectors in connection.execute(
-                "SELECT keys, vectors FROM line_vectors WHERE model = ? ORDER BY seq", (table.model,))
-            if isinstance(keys, bytes) and isinstance(vectors, bytes) and len(keys) % KEY_BYTES == 0
-            and len(vectors) == len(keys) // KEY_BYTES * 4 * dim]
+        return LineVectors(model_name, dim)  # a bank database saved before line vectors were kept
+    rows = connection.execute("SELECT keys, vectors FROM line_vectors WHERE model = ? ORDER BY seq", (model,)).fetchall()
     embedded = connection.execute("SELECT value FROM meta WHERE key = 'lines_embedded'").fetchone()
-    return LineVectors.from_rows(model_name, dim, b"".join(keys for keys, _ in rows), b"".join(v for _, v in rows),
-                                 complete=bool(embedded) and json.loads(embedded[0]) == table.model)
+    return line_vectors_from_rows(model_name, dim, rows, json.loads(embedded[0]) if embedded else None)
 
 
 # --- writing -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class BankParts:
-    """What a bank holds, as the store has it (the arguments of :func:`~amb_dspy.storage.bank_file.dump_bank`)."""
-
-    insight_doc: InsightDoc | None
-    graph: QueryGraph
-    tree: InteractionTree
-    embedding_dim: int
-    embedding_model: str | None
-    hops: list[Hop]
-    line_vectors: LineVectors | None = None
-    lines_complete: bool = False  # every line of every node written has a vector in line_vectors
-
-
 def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = None,
                   changed: Collection[str] = (), notify: Notify = notice, also: Also | None = None) -> SavePoint:
     """Save ``bank`` to the database at ``path`` in one transaction, holding the bank's write lock
@@ -217,7 +174,7 @@ def write_bank_db(path: str | Path, bank: BankParts, since: SavePoint | None = N
     same transaction (a task store's own rows beside the bank's)."""
     path = Path(path)
     with bank_lock(path):
-        if since is not None and (since.path != path or saved_id(path) != since.save_id):
+        if since is not None and (since.where != path or saved_id(path) != since.save_id):
             since = None
         if since is None:
             path = export_target(path, len(bank.graph), len(bank.tree), notify, size=bank_db_size)
@@ -292,33 +249,19 @@ def holds_no_bank(path: Path) -> bool:
 def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: SavePoint | None,
            changed: Collection[str]) -> tuple[SavePoint, list[bytes]]:
     """The statements of one save (inside its transaction); the new save point and the line vectors written."""
-    if since is not None and _save_id(connection) == since.save_id:
-        nodes = [node_id for node_id in bank.graph.nodes_dict if node_id in changed] if changed else []
-        gone = [(node_id,) for node_id in changed if node_id not in bank.graph.nodes_dict]
-        connection.executemany("DELETE FROM nodes WHERE id = ?", gone)
-        entries_from, events_from = since.entries, since.merge_events
-    else:
+    plan = save_plan(bank, since, _save_id(connection) if since is not None else None, changed)
+    if plan.whole:
         _clear(connection)
-        nodes, entries_from, events_from = list(bank.graph.nodes_dict), 0, 0
-    _write_nodes(connection, bank, nodes)
+    connection.executemany("DELETE FROM nodes WHERE id = ?", [(node_id,) for node_id in plan.gone])
+    _write_nodes(connection, bank, plan.nodes)
     lines = _write_line_vectors(connection, bank.line_vectors, everything=since is None)
-    entries = list(bank.tree.entries.values())
-    connection.executemany("INSERT INTO entries (seq, id, body) VALUES (?, ?, ?)",
-                           [(seq, e.entry_id, json.dumps(e.model_dump(mode="json"), ensure_ascii=False))
-                            for seq, e in enumerate(entries[entries_from:], start=entries_from)])
-    events = bank.tree.merge_events
-    connection.executemany("INSERT INTO merge_events (seq, body) VALUES (?, ?)",
-                           [(seq, json.dumps(m.model_dump(mode="json"))) for seq, m in
-                            enumerate(events[events_from:], start=events_from)])
-    save_id = uuid.uuid4().hex
-    meta = {"format": FORMAT_NAME, "schema_version": SCHEMA_VERSION, "embedding_model": bank.embedding_model,
-            "embedding_dim": bank.embedding_dim, "save_id": save_id,
-            "insight_doc": bank.insight_doc.model_dump(mode="json") if bank.insight_doc else None,
-            "hops": [hop.model_dump(mode="json") for hop in bank.hops],
-            "lines_embedded": bank.line_vectors.model if bank.line_vectors is not None and bank.lines_complete else None}
+    connection.executemany("INSERT INTO entries (seq, id, body) VALUES (?, ?, ?)", entry_rows(bank, plan.entries_from))
+    connection.executemany("INSERT INTO merge_events (seq, body) VALUES (?, ?)", event_rows(bank, plan.events_from))
+    save_id = new_save_id()
     connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                           [(key, json.dumps(value, ensure_ascii=False)) for key, value in meta.items()])
-    return SavePoint(path, save_id, len(entries), len(events)), lines
+                           [(key, json.dumps(value, ensure_ascii=False)) for key, value in
+                            bank_meta(bank, save_id).items()])
+    return SavePoint(path, save_id, len(bank.tree.entries), len(bank.tree.merge_events)), lines
 
 
 def _save_id(connection: sqlite3.Connection) -> str | None:
@@ -351,14 +294,7 @@ def _clear(connection: sqlite3.Connection) -> None:
 
 def _write_nodes(connection: sqlite3.Connection, bank: BankParts, node_ids: list[str]) -> None:
     """Insert or update these nodes' rows; a new node goes after the last one (its seq), an old one keeps its place."""
-    links = bank.tree.node_to_entries
-    rows = []
-    for node_id in node_ids:
-        node = bank.graph.nodes_dict[node_id]
-        body = node.model_dump(mode="json", exclude={"id", "embedding"})
-        entries = links.get(node_id)
-        rows.append((node_id, json.dumps(body, ensure_ascii=False), json.dumps(list(entries)) if entries else None,
-                     np.ascontiguousarray(node.embedding, dtype=np.float32).tobytes()))
+    rows = node_rows(bank, node_ids)
     connection.executemany(
         "INSERT INTO nodes (id, seq, body, entries, vector) "
         "VALUES (?, (SELECT COALESCE(MAX(seq), -1) + 1 FROM nodes), ?, ?, ?) "

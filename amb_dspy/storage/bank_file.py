@@ -157,9 +157,10 @@ def load_bank(path: str | Path, embedding_dim: int | None) -> LoadedBank:
     return bank_from_payload(_read_json(path), embedding_dim, path)
 
 
-def bank_from_payload(raw: Any, embedding_dim: int | None, where: str | Path) -> LoadedBank:
-    """A bank from the JSON object a bank file holds, validated in full (BankFileError naming ``where``)."""
-    path = Path(where)
+def bank_from_payload(raw: Any, embedding_dim: int | None, where: str | Path | object) -> LoadedBank:
+    """A bank from the JSON object a bank file holds, validated in full (BankFileError naming ``where``: a path, or
+    a named bank in PostgreSQL)."""
+    path = Path(where) if isinstance(where, str) else where
     _check_header(path, raw)
     try:
         return _validated(path, raw, embedding_dim)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from amb_dspy.storage.bank_db import DB_SUFFIXES
 
-__all__ = ["BANKS_FOLDER", "bank_path", "is_bank_name", "named_bank"]
+__all__ = ["BANKS_FOLDER", "bank_path", "bank_place", "database_bank", "is_bank_name", "named_bank"]
 
 BANKS_FOLDER = "banks"  # under STORAGE_DIR: where a bank named without a folder lives (the MCP server reads there)
 
@@ -25,6 +25,31 @@ def bank_path(bank: str | Path, storage_dir: Path) -> Path:
     if is_bank_name(bank) and not Path(bank).is_file():
         return named_bank(bank, storage_dir)
     return Path(bank).expanduser()
+
+
+def bank_place(bank, storage_dir: Path, database_url: str = ""):
+    """Where the bank ``bank`` lives, with a PostgreSQL database configured (``database_url``, ``AMB_DATABASE_URL``
+    or ``--database``): a name without a folder that is no file here is the bank of that name in the database
+    (:class:`~amb_dspy.storage.bank_pg.DatabaseBank`); anything else is :func:`bank_path`'s file. A place already
+    resolved (a ``DatabaseBank``) is itself."""
+    if not isinstance(bank, (str, Path)):
+        return bank
+    if database_url and is_bank_name(str(bank)) and not Path(bank).is_file():
+        from amb_dspy.storage.bank_pg import DatabaseBank
+
+        return DatabaseBank(database_url, str(bank))
+    return bank_path(bank, storage_dir)
+
+
+def database_bank(database_url: str, name: str):
+    """The bank ``name`` in the database, which must hold it (InputError, one line, when it does not)."""
+    from amb_dspy.errors import InputError
+    from amb_dspy.storage.bank_pg import DatabaseBank
+
+    bank = DatabaseBank(database_url, name)
+    if not bank.exists():
+        raise InputError(f"no {bank}: add documents to it with amb ingest --database URL --bank {name}")
+    return bank
 
 
 def named_bank(name: str, storage_dir: Path) -> Path:

@@ -38,7 +38,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import AmbError, InputError, UserError, one_line
 from amb_dspy.lm import LMCallCapReached
 from amb_dspy.longterm import LongTermStore, StoreUnavailableError, open_store_with_fallback
-from amb_dspy.storage.bank_names import is_bank_name, named_bank
+from amb_dspy.storage.bank_names import database_bank, is_bank_name, named_bank
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.tool_results import (
     Deleted,
@@ -82,12 +82,16 @@ class ToolHost:
     start_session: Callable[..., TaskSession]
     allowed_dirs: tuple[Path, ...] = ()
 
-    def bank_file(self, bank: str | None) -> Path | None:
+    def bank_file(self, bank: str | None):
         """``bank`` as a readable bank file inside the storage folder or an allowed one (a relative path
         is taken from the storage folder, a bare name that is no file there from its ``banks/``, as ``amb
-        ingest --bank NAME`` writes it); InputError otherwise, before the file is even looked at."""
+        ingest --bank NAME`` writes it, or from the configured PostgreSQL database when there is one);
+        InputError otherwise, before the file is even looked at."""
         if bank is None:
             return None
+        database = self.config.paths.database_url
+        if database and is_bank_name(bank) and not (self.config.paths.storage_dir.expanduser() / bank).is_file():
+            return database_bank(database, bank)
         roots = [self.config.paths.storage_dir.expanduser().resolve(),
                  *(Path(d).expanduser().resolve() for d in self.allowed_dirs)]
         path = Path(bank).expanduser()

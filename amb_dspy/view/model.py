@@ -26,7 +26,7 @@ from amb_dspy.storage import (
     QueryGraph,
     QueryGraphNode,
 )
-from amb_dspy.storage.bank_db import read_bank
+from amb_dspy.storage.bank_place import bank_at
 
 
 class ViewError(UserError, ValueError):
@@ -146,8 +146,9 @@ def build_view(path: Path, insight_doc: InsightDoc | None, graph: QueryGraph, tr
                     merge_events=tuple(tree.merge_events), edges=graph.edges())
 
 
-def load_view(path: str | Path) -> BankView:
-    """Read a bank file for viewing; ``BankFileError`` (one line) if it is not a valid bank."""
-    path = Path(path)
-    loaded, _ = read_bank(path, embedding_dim=None)
-    return build_view(path, loaded.insight_doc, loaded.graph, loaded.tree)
+def load_view(path) -> BankView:
+    """Read a bank file (or a named bank in PostgreSQL, :func:`~amb_dspy.storage.bank_place.bank_at`) for viewing;
+    ``BankFileError`` (one line) if it is not a valid bank."""
+    place = bank_at(path)
+    loaded, _ = place.read(embedding_dim=None)
+    return build_view(getattr(place, "path", place), loaded.insight_doc, loaded.graph, loaded.tree)

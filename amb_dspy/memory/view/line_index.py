@@ -21,7 +21,6 @@ idf, and so every weight of the spreading, depends on all lines; no line's text 
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.memory.graph_ops import MemoryStore
@@ -31,7 +30,7 @@ from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineLayout, LineTable
 from amb_dspy.retrieval.spreading import SpreadingGraph, TermLines
 from amb_dspy.storage import QueryGraphNode
-from amb_dspy.storage.bank_db import is_bank_db
+from amb_dspy.storage.bank_place import bank_at
 
 
 class LineIndex:
@@ -136,10 +135,10 @@ def embed_lines(store: MemoryStore, count: Callable[[str], int] = estimate_token
     return embedded
 
 
-def export_bank(store: MemoryStore, path: str | Path) -> Path:
+def export_bank(store: MemoryStore, path):
     """``store.export(path)``; a bank database gets its lines' vectors first (:func:`embed_lines`), a JSON
     file carries none (:mod:`amb_dspy.storage.bank_file`)."""
-    if is_bank_db(path):
+    if bank_at(path).grows:
         embed_lines(store)
     return store.export(path)
 
