@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -79,15 +80,30 @@ class TaskStore(Protocol):
         committed since, and the task is to be reopened from the store)."""
 
 
-class KeptTasks:
+class KeptTasks(ABC):
     """What every task store does alike: reopen a task from its record, its bank and its pending results. A store
-    gives ``_record(task_id)`` (a dict, None when no such task), ``_pending(task_id)``, ``task_bank(task_id)``
-    (where the task's own store is kept: :func:`~amb_dspy.storage.bank_place.bank_at`), and ``database_url``
-    (where a task started from a named bank in PostgreSQL finds it again; empty: none)."""
+    gives the abstract methods below and ``database_url`` (where a task started from a named bank in PostgreSQL
+    finds it again; empty: none)."""
 
     embedder: Any
     database_url = ""
     _open_session: Callable[..., TaskSession]
+
+    @abstractmethod
+    def _record(self, task_id: str) -> dict[str, Any] | None:
+        """The task's record as a dict; None when there is no such task."""
+
+    @abstractmethod
+    def _pending(self, task_id: str) -> list[tuple[int, str, dict[str, Any], str]]:
+        """The results accepted for the task and not yet memory: (seq, tool, arguments, text), in order."""
+
+    @abstractmethod
+    def task_bank(self, task_id: str):
+        """Where the task's own store is kept (:func:`~amb_dspy.storage.bank_place.bank_at`)."""
+
+    @abstractmethod
+    def changed(self, session: TaskSession, observed: int | None = None) -> None:
+        """Commit the task's store and the rest of the task together; ``observed``: the pending result it took."""
 
     def closed_where(self, task_id: str, owner: str | None) -> str | None:
         record = self._record(task_id)
