@@ -123,9 +123,9 @@ class GrowingBank:
     def add(self, document: Document) -> float:
         before = 0 if self.store is None else len(self.store.tree.entries)
         started = time.perf_counter()
-        self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
+        ingested = self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
         seconds = time.perf_counter() - started
-        self.store = self.bank.session.store
+        self.store = ingested.store
         # the document's entries: one, or one per session of a dialogue of dated sessions
         added = list(self.store.tree.entries.values())[before:]
         self.placed.update((entry_id, (document.name, offset))

@@ -174,7 +174,7 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: R
         for usage in result.usage.values():
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
-        store = bank.session.store
+        store = result.store
         offsets = entry_offsets(store.tree.entries.values(), context.text)  # spans are read as the context's
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)

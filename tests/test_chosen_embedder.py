@@ -107,8 +107,8 @@ def test_a_bank_made_with_a_chosen_embedder_records_it(tmp_path, folder_embedder
     bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t",
                                 embedder=str(bundled_minilm_dir())))
     assert bank.embedder is folder_embedder
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    path = export_bank(bank.session.store, tmp_path / "bank.sqlite")
+    ingested = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    path = export_bank(ingested.store, tmp_path / "bank.sqlite")
     with sqlite3.connect(path) as connection:
         recorded = connection.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()[0]
     assert recorded == f'"{folder_embedder.model_name}"'

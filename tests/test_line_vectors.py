@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amb_dspy.bank import MemoryBank
+from amb_dspy.bank import IngestResult
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view import EvidenceView, Ranking, embed_lines, export_bank
 from amb_dspy.storage.bank_db import read_bank_db
@@ -46,17 +46,16 @@ def block(store: MemoryStore, question: str = QUESTION) -> str:
 
 
 @pytest.fixture
-def grown_bank(tmp_path, embedder, sessions) -> MemoryBank:  # noqa: F811
-    """A bank whose latest store holds LoCoMo 30's first two sessions, each its own document; no question asked."""
+def grown_bank(tmp_path, embedder, sessions) -> IngestResult:  # noqa: F811
+    """The ingest of LoCoMo 30's second session after its first, each its own document; no question asked."""
     bank = new_bank(tmp_path, embedder)
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    bank.ingest(sessions[1], "session 2", into=bank.session.store, date="2023-05-25")
-    return bank
+    first = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    return bank.ingest(sessions[1], "session 2", into=first.store, date="2023-05-25")
 
 
 @pytest.fixture
 def grown(grown_bank) -> MemoryStore:
-    return grown_bank.session.store
+    return grown_bank.store
 
 
 def test_a_reopened_database_answers_memory_context_without_embedding_a_line(grown, tmp_path, embedder):

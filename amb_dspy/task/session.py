@@ -23,7 +23,7 @@ many tasks at once. Public methods run on the task's own thread, one at a time a
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,18 +123,27 @@ class TaskSession(TaskMemory):
     # --- starting, saving and loading ------------------------------------------------------------
     @classmethod
     def start(cls, goal: str, *, bank: str | Path | MemoryStore | None = None, namespace: str | None = None,
-              **shared: Any) -> TaskSession:
-        """A session for ``goal``, empty or on a copy of ``bank`` (a file or a store; never changed),
-        with what long-term memory recalls for the goal in ``<memory>``. ``shared``: the keyword
-        arguments of the constructor but the store (config, agents, embedder, lms...)."""
+              attach: Sequence[str | Path] = (), notice: str = "", **shared: Any) -> TaskSession:
+        """The one door to a new task (``MemoryBank.run``, the MCP server and the integrations all come in here):
+        a session for ``goal``, empty or on a copy of ``bank`` (a file or a store; never changed), with what
+        long-term memory recalls for the goal in ``<memory>``. ``attach``: image files staged for the task by
+        the ``images`` stager, every one checked before the session exists; ``notice``: a line reported before
+        the loading's and the recall's (the strategy the task's LM takes). ``shared``: the keyword arguments of
+        the constructor but the store (config, agents, embedder, lms...)."""
         config = shared["config"]
         goal = " ".join(checked_text("the goal", goal, config.limits.max_context_bytes).split())
         if namespace is not None:
             checked_text("the namespace", namespace, MAX_NAME_CHARS)
         store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
+        if attach:
+            shared["images"].stage_images(store.insight_doc.doc_id, [Path(p) for p in attach])
         session = cls(store, namespace=namespace, **shared)
-        session.state.notices.extend(notices)
-        session.recall(goal)
+        if notice:
+            session.emit("notice", notice)
+        for line in notices:
+            session.notify(line)
+        for line in session.recall(goal):
+            session.emit("notice", line)
         if len(store.graph):  # a bank's lines laid out on the task's thread while its agent thinks, not on its first request
             session.submit(session.memory_adapter.view.warm)
         return session
