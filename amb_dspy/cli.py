@@ -218,11 +218,10 @@ def _ingested(result) -> None:
 def _export(store, path: Path) -> Path:
     """Save ``store`` (a task's memory), or fail in one line (the answer is already printed); returns the file
     written, another name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
-    from amb_dspy.memory.view import export_bank
     from amb_dspy.storage.bank_file import BankFileError
 
     try:
-        return export_bank(store, path)
+        return store.save(path)
     except (OSError, BankFileError) as exc:
         _fail(f"cannot export the bank to {path}: {one_line(exc)}")
 

@@ -187,7 +187,6 @@ from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage import bank_db
 
-from amb_dspy.memory.view import export_bank
 
 path, work, text, stall = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 write = getattr(bank_db, stall)
@@ -200,7 +199,7 @@ embedder = default_embedder()
 store = MemoryStore.load(path, embedder) if os.path.exists(path) else None
 bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work + "/s", temp_dir=work + "/t"), embedder=embedder)
 ingested = bank.ingest(text, "killed", into=store)
-export_bank(ingested.store, path)  # the new lines' vectors too (amb_dspy.storage.line_vectors)
+ingested.store.save(path)  # the new lines' vectors too (amb_dspy.storage.line_vectors)
 """
 
 

@@ -4,6 +4,7 @@ they read and write files and build new stores, and change no store but by its s
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -14,18 +15,41 @@ from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.storage.bank_db import BankParts, is_bank_db, read_bank, write_bank_db
 from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
 from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.source_lines import LINE_TOKENS, node_lines
+from amb_dspy.text import estimate_tokens
 
 
 class StoreFiles:
     """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
 
+    def save(self, path) -> Path:
+        """Save the bank, the way every door saves one (``result.export``, ``session.export``, ``amb ingest``):
+        :meth:`export`, a bank database getting the vectors of the lines it writes first (:meth:`embed_lines`), so
+        that it opens with every line's vector; a JSON file carries none (:mod:`amb_dspy.storage.bank_file`).
+        Returns the path written (another one when the file there holds a larger bank)."""
+        if is_bank_db(path):
+            self.embed_lines()
+        return self.export(path)
+
+    def embed_lines(self, count: Callable[[str], int] = estimate_tokens, line_tokens: int = LINE_TOKENS) -> int:
+        """Give ``line_vectors`` the lines (as the evidence view lays them out: :func:`~amb_dspy.storage.source_lines.node_lines`)
+        of the nodes the next save writes, or of every node when they do not hold every saved node's lines yet;
+        returns how many lines were embedded."""
+        table, nodes = self.line_vectors, self.graph.nodes_dict
+        wanted = [node for node in nodes.values() if node.id in self.unsaved_nodes] if table.complete else list(nodes.values())
+        embedded = table.fill([text[start:end] for node in wanted
+                               for _, text, start, end, _ in node_lines(self.tree.entries, node, count, line_tokens)],
+                              self.embedder.embed)
+        table.embedded.update(node.id for node in wanted)
+        table.complete = True
+        return embedded
+
     def export(self, path, also=None) -> Path:
-        """Save the bank; returns the path written (another one when the file there holds a larger bank, with a
-        notice). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
-        (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
-        from writes only what changed since, the new line vectors included (the evidence view's,
-        ``line_vectors``; :func:`amb_dspy.memory.view.embed_lines` embeds the lines of the nodes a save writes).
-        Any other path gets the whole bank as one JSON file
+        """Write the bank as it is (:meth:`save` is the save that embeds its lines first); returns the path written
+        (another one when the file there holds a larger bank, with a notice). A path ending ``.sqlite`` or ``.db``
+        (or an existing bank database) is the bank that grows (:mod:`amb_dspy.storage.bank_db`): saving again to the
+        database this store last saved to or was loaded from writes only what changed since, the new line vectors
+        included (the evidence view's, ``line_vectors``). Any other path gets the whole bank as one JSON file
         (:mod:`amb_dspy.storage.bank_file`), the interchange format. ``also(connection)``: more statements in a bank
         database save's transaction (:func:`~amb_dspy.storage.bank_db.write_bank_db`)."""
         if not is_bank_db(path):

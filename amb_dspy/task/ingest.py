@@ -22,7 +22,6 @@ from amb_dspy.memory.bank_writer import BankWriter
 from amb_dspy.memory.documents import AddResult, Expected, NamedDocument, dated_sessions
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.ingest_ahead import Preparer, ReadAhead
-from amb_dspy.memory.view import export_bank
 from amb_dspy.storage import InsightDoc
 from amb_dspy.task.inputs import checked_context
 from amb_dspy.task.result import IngestResult
@@ -36,9 +35,9 @@ __all__ = ["DocumentIngest"]
 class DocumentIngest:
     """Ingests documents into a bank and sums their usage (see the module docstring).
 
-    ``shared()``: what a new session shares with the bank's other tasks, as the bank resolves it now (config,
-    agents, embedder, LMs: :meth:`MemoryBank.shared <amb_dspy.bank.MemoryBank.shared>`); ``max_bytes``: the
-    largest document; ``locate``: a bank named by path or name, as a file."""
+    ``shared()``: what a new session shares with the bank's other tasks (config, agents, embedder, LMs), as the
+    bank resolves it when a document starts; ``max_bytes``: the largest document; ``locate``: a bank named by
+    path or name, as a file."""
 
     def __init__(self, shared: Callable[[], dict[str, Any]], *, embedder: Any, max_bytes: int,
                  locate: Callable[[str | Path], Path], progress: Callable[[ProgressEvent], None] | None = None):
@@ -147,6 +146,6 @@ class DocumentIngest:
 def _exported(store: MemoryStore, export: str | Path) -> Path:
     """The whole bank written to ``export`` (a copy); the documents are in the bank whether or not it can be."""
     try:
-        return export_bank(store, export)
+        return store.save(export)
     except OSError as exc:
         raise InputError(f"cannot export the bank to {export}: {exc.strerror or one_line(exc)}") from None

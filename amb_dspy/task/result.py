@@ -16,7 +16,6 @@ from pydantic import BaseModel, PrivateAttr
 
 from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.task.session import TaskSession
 
 __all__ = ["BankResult", "IngestResult", "RunInterrupted", "RunResult"]
@@ -42,7 +41,7 @@ class BankResult(BaseModel):
         written (another name when a larger bank is at ``path``: an export never replaces more memory with less)."""
         if self._store is None:
             raise InputError("nothing to export: this result holds no bank (it was read back from JSON)")
-        return export_bank(self._store, path)
+        return self._store.save(path)
 
 
 class RunResult(BankResult):

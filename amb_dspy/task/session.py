@@ -35,7 +35,6 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, UsageMeter
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.memory.writer import MemoryWriter
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
@@ -359,7 +358,7 @@ class TaskSession(TaskMemory):
     def export(self, path: str | Path | None = None) -> Path:
         """Write the task's bank file (default ``STORAGE_DIR/sessions/<task id>.json``); returns its path."""
         path = Path(path) if path else self.config.paths.storage_dir / "sessions" / f"{self.task_id}.json"
-        return export_bank(self.store, path)  # another name when a larger bank is there (storage.bank_file)
+        return self.store.save(path)  # another name when a larger bank is there (storage.bank_file)
 
     @serial
     def close(self, remember: bool | None = None) -> dict[str, Any]:
