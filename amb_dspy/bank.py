@@ -5,17 +5,22 @@ factories of the executor's tools; nothing about any one task. Each task is a
 :class:`~amb_dspy.task.session.TaskSession` of its own, so one bank runs many tasks at once, from as many
 threads:
 
-* :meth:`MemoryBank.run` starts a session for a task and runs the spec's loop on it
-  (:class:`~amb_dspy.task.loop.TaskLoop`);
+* :meth:`MemoryBank.run` starts a session for a task through the one door (:meth:`TaskSession.start`, which
+  :meth:`MemoryBank.start_session` opens to the MCP server and the integrations too) and runs the spec's loop on
+  it (:class:`~amb_dspy.task.loop.TaskLoop`); its :class:`~amb_dspy.task.result.RunResult` holds the task's
+  memory (``result.export(path)``);
 * :meth:`MemoryBank.resume` loads a checkpointed session (:meth:`TaskSession.load`) and goes on;
-* :meth:`MemoryBank.ingest` converts a context into memory, no planning and no executor;
-* :meth:`MemoryBank.add_documents` ingests files, folders and globs into a new or existing bank;
-* :meth:`MemoryBank.start_session` hands a session to an agent outside the loop (MCP, LangGraph...).
+* :meth:`MemoryBank.ingest` and :meth:`MemoryBank.add_documents` ingest a text, or files, folders and globs,
+  through the ingest owner (:class:`~amb_dspy.task.ingest.DocumentIngest`).
+
+The bank keeps no task: whatever it ran, each result is its caller's.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -24,36 +29,32 @@ import dspy
 
 from amb_dspy.agents import AGENT_CLASSES
 from amb_dspy.agents.compiled import apply_compiled
-from amb_dspy.agents.prepared import PreparedAnswers, answers_prepared
 from amb_dspy.config import AmbConfig
-from amb_dspy.errors import InputError, one_line
-from amb_dspy.lm import AgentLMs, LMCallCapReached, is_embedded, reads_images, resolve_lms, task_strategy
-from amb_dspy.memory.bank_writer import BankWriter
-from amb_dspy.memory.documents import AddResult, Expected, NamedDocument, dated_sessions
+from amb_dspy.errors import InputError
+from amb_dspy.lm import AgentLMs, is_embedded, reads_images, resolve_lms, task_strategy
+from amb_dspy.memory.documents import AddResult
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.ingest_ahead import Preparer, ReadAhead
-from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import shared_embedder
-from amb_dspy.storage import InsightDoc
 from amb_dspy.storage.bank_names import bank_place
 from amb_dspy.task.direct import DirectAnswer
 from amb_dspy.task.executor import Executor
 from amb_dspy.task.images import ImageStager
-from amb_dspy.task.inputs import start_store
+from amb_dspy.task.ingest import DocumentIngest
+from amb_dspy.task.inputs import checked_context
 from amb_dspy.task.loop import TaskLoop
+from amb_dspy.task.result import IngestResult, RunInterrupted, RunResult
 from amb_dspy.task.session import TaskSession
-from amb_dspy.task.state import IngestResult, ProgressEvent, RunResult, read_context_file
-from amb_dspy.text import valid_text
+from amb_dspy.task.state import ProgressEvent, read_context_file
 from amb_dspy.tools import DeepRetrievalTool, SearchTool, VisitTool, build_tools, load_corpus, make_search_backend
 
-__all__ = ["MemoryBank", "ProgressEvent", "RunResult", "read_context_file"]
+__all__ = ["IngestResult", "MemoryBank", "ProgressEvent", "RunInterrupted", "RunResult", "read_context_file"]
 
 
 class MemoryBank:
     """An agent with a task-scoped, structured memory. ``run(task, context, images)`` answers a task.
 
-    ``session`` is the latest task this bank started (its store, run state, meter...), kept for the
-    caller to inspect or export after a run; tasks run at once each have their own.
+    Tasks run at once, from as many threads, each have their own session; the bank keeps none of them: a
+    run's memory is its result's (``result.store``, ``result.export(path)``).
     """
 
     def __init__(
@@ -80,9 +81,8 @@ class MemoryBank:
         self.progress = progress
         self.embedder = embedder if embedder is not None else \
             shared_embedder(self.config.embedding, self.config.paths.cache_dir)
-        self.session: TaskSession | None = None  # the latest task started (see the class docstring)
-        self.added: AddResult | None = None  # the latest add_documents, as it grows (what an interrupt kept)
-        self.strategy = ""  # the line saying which strategy the latest task took, and why
+        self.strategy = ""  # the line saying which strategy a task started now takes, and why
+        self._latest = threading.local()  # each thread's latest result, for the deprecated export() only
 
         # Agents count tokens with the active LM's tokenizer (exact for the embedded model).
         self.agents: dict[str, dspy.Module] = {name: cls(self.config) for name, cls in AGENT_CLASSES.items()}
@@ -122,7 +122,6 @@ class MemoryBank:
     def executor_for(self, session: TaskSession) -> Executor:
         """The executor of ``session``'s task: search, visit and deep retrieval over its memory, through its
         tool cache (and journal, when it checkpoints)."""
-        config = session.config
         config, settings = session.config, session.config.tools
         corpus = self._corpus if self._corpus is not None else \
             load_corpus(settings, self.embedder, cache_dir=config.paths.cache_dir)
@@ -140,82 +139,77 @@ class MemoryBank:
     # --- the doors ---------------------------------------------------------------------------
     def run(self, task: str, context: str = "", images: list[str | Path] = (),
             bank: str | Path | MemoryStore | None = None) -> RunResult:
-        """Answer ``task`` with ``context`` (long text, may be empty) and optional image files.
+        """Answer ``task`` with ``context`` (long text, may be empty) and optional image files; the result holds
+        the task's memory (``result.export(path)`` saves it).
 
         ``bank``: a bank file (a name in ``STORAGE_DIR/banks/`` too, see
-        :func:`~amb_dspy.storage.bank_names.bank_path`) or a store to start from, e.g. one written by
+        :func:`~amb_dspy.storage.bank_names.bank_place`; a bank in the configured database) or a store to start from, e.g. one written by
         :meth:`ingest`: the run works on a copy of its Query Graph and Interaction Tree under a new Insight Doc;
-        the file is not changed.
+        the file is not changed. Ctrl-C or SIGTERM once the task has started is
+        :class:`~amb_dspy.task.result.RunInterrupted`, with the memory built so far.
         """
         started = time.monotonic()
-        task = (task or "").strip()
-        if not task:
+        if not (task or "").strip():
             raise InputError("the task is empty: say what the agent should do")
-        context = self._checked_context(context)
-        doc = InsightDoc(task_goal=task)
-        store, load_notices = start_store(self.embedder, self._located(bank), doc)
+        context = checked_context(context, self.config.limits.max_context_bytes)
+        shared = self._shared()
         stager = ImageStager(self.config.paths.temp_dir, self.config.paths.storage_dir)
-        staged = stager.stage_images(doc.doc_id, [Path(p) for p in images])  # checks every image first
-        # Input is valid: from here on the task has a session of its own.
-        session = self.session = TaskSession(store, images=stager, progress=self.progress, **self._shared())
-        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
-        for notice in load_notices:
-            session.notify(notice)
-        for notice in session.memory.recall(task):  # earlier tasks' items for the task (config.recall)
-            session.emit("notice", notice)
-        with session.meter.counting():
-            loop = self._loop(session)
-            if staged and reads_images(session.lms.for_agent("executor")) is False:
-                loop.keep_unrecognised()
-            termination = loop.run(context)
-        result = self._result(session, termination, started)
-        if self.config.longterm.remember:  # what the route keeps of the finished task, into long-term memory
-            result.notices.extend(session.memory.remember_longterm(result.answer, result.citations))
-        return result
+        session = TaskSession.start(task, bank=self._located(bank), attach=images, notice=self.strategy,
+                                    images=stager, progress=self.progress, **shared)  # checks every image first
+        session.submit(lambda: None).result()  # the bank's lines laid out (start's warm) before this thread reads them
+        return self._answered(session, started, lambda loop: loop.run(context),
+                              remember=self.config.longterm.remember)
 
     def resume(self, directory: str | Path) -> RunResult:
         """Continue the run whose checkpoint is in ``directory`` from its last completed loop (see
         :mod:`amb_dspy.task.checkpoint`); it goes on checkpointing there. This bank's config is not changed."""
         started = time.monotonic()
         shared = self._shared()
-        session = self.session = TaskSession.load(directory, progress=self.progress, **shared)
-        session.emit("notice", self.strategy)  # said first; the bank keeps it (strategy)
-        with session.meter.counting():
-            termination = self._loop(session).run("", resumed=True)
-        return self._result(session, termination, started)
+        session = TaskSession.load(directory, progress=self.progress, **shared)
+        session.emit("notice", self.strategy)  # said first
+        return self._answered(session, started, lambda loop: loop.run("", resumed=True))
+
+    def _answered(self, session: TaskSession, started: float, run: Callable[[TaskLoop], str], *,
+                  remember: bool = False) -> RunResult:
+        """``run`` the loop over ``session``, and its result; with ``remember``, what the route keeps of the
+        finished task goes into long-term memory. An interrupt is :class:`RunInterrupted` with the task's store."""
+        try:
+            with session.meter.counting():
+                loop = self._loop(session)
+                if session.images is not None and session.images.pending_images(session.task_id) and \
+                        reads_images(session.lms.for_agent("executor")) is False:
+                    loop.keep_unrecognised()
+                termination = run(loop)
+            result = RunResult.from_session(session, termination, started)
+            if remember:
+                result.notices.extend(session.memory.remember_longterm(result.answer, result.citations))
+        except KeyboardInterrupt as interrupt:
+            raise RunInterrupted(session.store) from interrupt
+        self._latest.result = result  # for the deprecated export(), this thread's alone
+        return result
+
+    def ingester(self) -> DocumentIngest:
+        """The owner of an ingest into this bank (:class:`~amb_dspy.task.ingest.DocumentIngest`), with this bank's
+        agents, LMs, embedding model and progress; its ``added`` is an add as it grows."""
+        return DocumentIngest(self._shared, embedder=self.embedder, max_bytes=self.config.limits.max_context_bytes,
+                              locate=self._located, progress=self.progress)
 
     def ingest(self, context: str, name: str = "context", *, into: MemoryStore | None = None,
                date: str = "") -> IngestResult:
         """Memory conversion of ``context`` alone (classification -> structure -> nodes -> analysis): no
-        planning, no executor. Export the bank afterwards and answer many tasks from it with ``run(bank=...)``.
+        planning, no executor. Save the bank afterwards (``result.export(path)``) and answer many tasks from it
+        with ``run(bank=...)``.
 
-        ``into``: a store to add the document to (``bank.session.store`` after an earlier ingest, or
+        ``into``: a store to add the document to (``result.store`` of an earlier ingest, or
         ``MemoryStore.load(path, embedder)``), its new nodes related to the old ones; a new store by default.
         The document is its own entry, named ``name`` and dated ``date`` when given; a dialogue of dated
         sessions is cut at its sessions, each its own entry (``name#session_N``, dated), as when they are added
         one by one (:func:`~amb_dspy.memory.documents.dated_sessions`;
         :meth:`~amb_dspy.memory.writer.MemoryWriter.add_documents` says how they are converted). A document the
         store already holds (the same text) adds nothing (``added`` False), and so does a session of it."""
-        started = time.monotonic()
-        context, name = self._checked_context(valid_text(context)), valid_text(name)  # what is stored is UTF-8
-        if not context.strip():
-            raise InputError("nothing to ingest: the context is empty")
-        store = into if into is not None else MemoryStore(self.embedder, InsightDoc(task_goal=f"Ingest {name}"))
-        session = self.session = TaskSession(store, progress=self.progress, **self._shared())
-        state, added, replaced = session.state, True, False
-        parts = [(part.text, part.name, part.date) for part in dated_sessions(NamedDocument(name, context, date))]
-        with session.meter.counting():
-            try:
-                conversions = [c for c in session.memory.add_documents(parts) if c is not None]
-                added = bool(conversions)
-                replaced = any(c.entry is not None and "supersedes" in c.entry.metadata for c in conversions)
-            except LMCallCapReached as exc:
-                state.errors.append(str(exc))
-        session.emit("done", ("a newer version: ingested" if replaced else "ingested") if added
-                     else "unchanged: already in the bank")
-        return IngestResult(nodes=len(store.graph), edges=store.graph.edge_count, usage=session.meter.usage(),
-                            fallbacks=dict(state.fallbacks), errors=state.errors,
-                            seconds=round(time.monotonic() - started, 3), added=added, replaced=replaced)
+        result = self.ingester().ingest(context, name, into=into, date=date)
+        self._latest.result = result  # for the deprecated export(), this thread's alone
+        return result
 
     def add_documents(self, paths: Iterable[str | Path], *, into: MemoryStore | str | Path | None = None,
                       export: str | Path | None = None) -> AddResult:
@@ -231,68 +225,9 @@ class MemoryBank:
 
         An unchanged document adds nothing; a changed one (same name, new text) is added and its old version's
         nodes are marked superseded. What cannot be read or is over ``max_context_bytes`` (per document) is a
-        line of ``skipped`` (and a notice) and the rest is added. ``added`` is the result as it grows, so that an
-        interrupted caller can say what was committed."""
-        started, result, expected = time.monotonic(), AddResult(), Expected()
-        self.added = result
-        path = self._located(into) if into is not None and not isinstance(into, MemoryStore) else None
-        store = into if isinstance(into, MemoryStore) else None
-        with BankWriter(path, self.embedder, store=store, notify=lambda line: self._report("notice", line)) as writer:
-            self._add_all(writer, paths, result, expected)
-            written = writer.close()
-            store = writer.latest() if export is not None else writer.store  # a copy has every writer's commits
-        result.written = [*([path] if writer.database and result.changed else []), *([written] if written else [])]
-        if export is not None and (result.changed or (result.done and not Path(export).exists())):
-            try:
-                result.written.append(export_bank(store, export))
-            except OSError as exc:  # the documents are in the bank all the same
-                raise InputError(f"cannot export the bank to {export}: {exc.strerror or one_line(exc)}") from None
-        result.nodes, result.edges = len(store.graph), store.graph.edge_count
-        result.seconds = round(time.monotonic() - started, 3)
-        return result
-
-    def _add_all(self, writer: BankWriter, paths: Iterable[str | Path], result: AddResult, expected: Expected) -> None:
-        """The documents of ``paths`` committed by ``writer`` one at a time, in order, as a pipeline: the next ones
-        are read and prepared meanwhile (:mod:`amb_dspy.memory.ingest_ahead`)."""
-        shared, answers, refused = self._shared(), PreparedAnswers(), 0
-        prepare = Preparer(answers, shared["agents"], shared["lms"], self.embedder,
-                           goal=lambda: writer.store.insight_doc.task_goal,
-                           holds=lambda digest: writer.store.entry_with_hash(digest) is not None) \
-            if shared["config"].models.policy == "heuristic" else (lambda document: [])
-        with ReadAhead(paths, self.config.limits.max_context_bytes, prepare) as reading, answers_prepared(answers):
-            for step in reading:
-                expected.total = step.total - refused
-                if step.document is None:
-                    result.skipped.append(step.skipped)
-                    self._report("notice", step.skipped, writer.store)
-                    continue
-                refused += not self._add_one(writer, step.document, result, expected)
-                answers.discard(step.prepared)  # those of a document the bank held are not taken
-
-    def _add_one(self, writer: BankWriter, document: NamedDocument, result: AddResult, expected: Expected) -> bool:
-        """One document of :meth:`add_documents`, committed by ``writer``; what cannot be added is skipped (False)."""
-        self._report("document", document.name, writer.store)
-        try:
-            ingested = writer.commit(lambda store: self.ingest(document.text, document.name, into=store,
-                                                               date=document.date))
-        except InputError as exc:
-            result.skipped.append(line := f"skipped {document.name}: {one_line(exc)}")
-            expected.total -= 1
-            self._report("notice", line, writer.store)
-            return False
-        result.record(document.name, ingested)
-        phase = "unchanged" if not (ingested.added or ingested.replaced) else \
-            "committed" if writer.database else "added"
-        self._report(phase, document.name, writer.store, done=result.done, total=expected.total)
-        return True
-
-    def _report(self, phase: str, message: str, store: MemoryStore | None = None, **count: int) -> None:
-        """A progress event outside any session's (a document starting or committed, a file skipped); ``count``:
-        ``done`` and ``total`` documents of an add."""
-        if self.progress is not None:
-            nodes, edges = (len(store.graph), store.graph.edge_count) if store is not None else (0, 0)
-            self.progress(ProgressEvent(phase=phase, loop=0, nodes=nodes, edges=edges, conflicts=0, lm_calls=0,
-                                        tokens=0, message=message, **count))
+        line of ``skipped`` (and a notice) and the rest is added. An interrupted caller that needs to say what was
+        committed adds through :meth:`ingester` and reads its ``added``."""
+        return self.ingester().add(paths, into=into, export=export)
 
     def start_session(self, goal: str, *, bank: str | Path | MemoryStore | None = None,
                       namespace: str | None = None) -> TaskSession:
@@ -312,11 +247,15 @@ class MemoryBank:
         return bank_place(bank, paths.storage_dir, paths.database_url) if bank is not None else None
 
     def export(self, path: str | Path) -> Path:
-        """Write the latest task's bank file (see ``session``); returns the file written (another name when a
-        larger bank is at ``path``: an export never replaces more memory with less)."""
-        if self.session is None:
-            raise InputError("nothing to export: this bank has run no task yet")
-        return export_bank(self.session.store, path)
+        """Deprecated (to be removed in the next release): save the bank of this thread's latest :meth:`run`,
+        :meth:`resume` or :meth:`ingest`; ``result.export(path)`` saves a given task's bank, whatever other
+        threads ran meanwhile. InputError when this thread has run none."""
+        warnings.warn("MemoryBank.export is deprecated: save a task's bank with result.export(path) "
+                      "(result = bank.run(...) or bank.ingest(...))", DeprecationWarning, stacklevel=2)
+        result = getattr(self._latest, "result", None)
+        if result is None:
+            raise InputError("nothing to export: this bank has run no task in this thread (use result.export(path))")
+        return result.export(path)
 
     # --- helpers -----------------------------------------------------------------------------
     def _loop(self, session: TaskSession) -> TaskLoop:
@@ -329,34 +268,3 @@ class MemoryBank:
             if session.images is not None:
                 session.images.cleanup(session.task_id)
             raise
-
-    def _checked_context(self, context: str) -> str:
-        context = context or ""
-        if len(context.encode("utf-8")) > self.config.limits.max_context_bytes:
-            raise InputError(
-                f"the context is {len(context.encode('utf-8')) / 1e6:.1f} MB, over the "
-                f"{self.config.limits.max_context_bytes / 1e6:.1f} MB limit (AMB_MAX_CONTEXT_BYTES)"
-            )
-        return context
-
-    @staticmethod
-    def _result(session: TaskSession, termination: str, started: float) -> RunResult:
-        session.emit("done", termination)
-        state, store = session.state, session.store
-        return RunResult(
-            answer=state.answer,
-            termination=termination,
-            loops=state.loops,
-            insight_doc=store.insight_doc.model_dump(mode="json"),
-            query_graph={"nodes": [n.model_dump(mode="json", exclude={"embedding"}) for n in store.graph.nodes_dict.values()],
-                         "edges": [list(e) for e in store.graph.edges()]},
-            interaction_tree=store.tree.to_dict(),
-            usage=session.meter.usage(),
-            errors=state.errors,
-            notices=state.notices,
-            fallbacks=dict(state.fallbacks),
-            hops=[hop.model_dump(mode="json") for hop in store.hops],
-            citations=[session.memory.citation(node_id) for node_id in state.citations if node_id in store.graph],
-            extractive=state.extractive,
-            seconds=round(time.monotonic() - started, 3),
-        )

@@ -97,66 +97,56 @@ def run(
     config = _settings(lm=lm, corpus=corpus, max_loops=max_loops, policy=policy, recall=recall, namespace=namespace,
                        remember=remember or None, redact=redact or None, fast_path=False if no_fast else None,
                        strategy=strategy, embedder=embedder, database_url=database)
-    bank = None
+    if resume is None:  # every new run checkpoints, so that `amb run --resume` can continue it
+        config = config.model_copy(update={"checkpoint_dir": checkpoint or _new_checkpoint_folder(config)})
+    result = None
+
+    def call() -> None:
+        nonlocal result
+        result = _run_task(console, config, task=task or "", context_file=context_file, images=list(image),
+                           bank_file=bank_file, resume=resume, compiled=compiled, trace=trace)
+
     try:
-        from amb_dspy.view.progress import progress_display
-        from amb_dspy.view.trace import TraceWriter, fan_out
+        with _sigterm_as_interrupt():
+            _run_command(call)
+    except KeyboardInterrupt as interrupt:  # amb_dspy.task.result.RunInterrupted once the task started: its store
+        _fail(_interrupted(getattr(interrupt, "store", None), export), code=130)
+    _ran(console, result, export)
 
-        trace_writer = TraceWriter(trace) if trace else None
-        if resume is None:  # every new run checkpoints, so that `amb run --resume` can continue it
-            config = config.model_copy(update={"checkpoint_dir": checkpoint or _new_checkpoint_folder(config)})
-        from amb_dspy.bank import MemoryBank, read_context_file
 
-        context = read_context_file(context_file, config.limits.max_context_bytes) if context_file else ""
-        with _sigterm_as_interrupt(), console.status("loading the memory bank...") as status:
-            bank = MemoryBank(config, compiled=compiled, progress=fan_out(progress_display(console, status), trace_writer))
-            if bank.notice:
-                console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.resume(resume) if resume is not None else \
-                bank.run(task or "", context=context, images=list(image), bank=bank_file)
-    except KeyboardInterrupt:
-        _fail(_interrupted(bank, export), code=130)
-    except UserError as exc:  # what the user can fix: one line, no traceback
-        _fail(one_line(exc))
-    except Exception as exc:  # noqa: BLE001 - the user gets one line; AMB_DEBUG=1 shows the traceback
-        if debug_enabled():
-            raise
-        _fail(f"{type(exc).__name__}: {one_line(exc)} (set AMB_DEBUG=1 for the traceback)")
-    _print_run(console, result)
+def _run_task(console, config, *, task: str, context_file: Path | None, images: list[Path], bank_file: Path | None,
+              resume: Path | None, compiled: Path | None, trace: Path | None):
+    """``amb run``'s call: the bank's run of ``task`` (or its resume of a checkpoint), its progress on the console
+    and, with ``trace``, in a trace file."""
+    from amb_dspy.bank import MemoryBank, read_context_file
+    from amb_dspy.view.progress import progress_display
+    from amb_dspy.view.trace import TraceWriter, fan_out
+
+    trace_writer = TraceWriter(trace) if trace else None
+    context = read_context_file(context_file, config.limits.max_context_bytes) if context_file else ""
+    with console.status("loading the memory bank...") as status:
+        bank = MemoryBank(config, compiled=compiled, progress=fan_out(progress_display(console, status), trace_writer))
+        if bank.notice:
+            console.print(f"[yellow]{bank.notice}[/]")
+        if resume is not None:
+            return bank.resume(resume)
+        return bank.run(task, context=context, images=images, bank=bank_file)
+
+
+def _ran(console, result, export: Path | None) -> None:
+    """The end of ``amb run``: its lines and answer, the bank saved with ``--export``; exit 1 without an answer."""
+    from amb_dspy.view.progress import run_summary
+
+    run_summary(console, result)
+    typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
     if export:
-        console.print(f"bank exported to {_export(bank, export)}")
+        console.print(f"bank exported to {_export(result.store, export)}")
     if not result.answer:
         _fail(f"no answer ({result.termination})" + (f": {result.errors[-1]}" if result.errors else ""))
 
 
 def _new_checkpoint_folder(config) -> Path:
     return config.paths.storage_dir / "checkpoints" / time.strftime("%Y%m%d-%H%M%S")
-
-
-def _print_run(console, result) -> None:
-    """A run's last lines: usage per agent, how it ended, its tools, notes and citations (stderr), then the
-    answer alone on stdout."""
-    from amb_dspy.storage import Hop, hop_summary
-
-    for agent in sorted({*result.usage, *result.fallbacks}):
-        usage = result.usage.get(agent, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
-        console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
-                      f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
-    console.print(f"termination: {result.termination}; loops {result.loops}; "
-                  f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
-    tools = hop_summary([Hop.model_validate(hop) for hop in result.hops])
-    console.print(f"tools: searches {tools['searches']} (unique {tools['unique_searches']}), "
-                  f"repeats avoided {tools['repeats_avoided']}, visits {tools['visits']}, hops {tools['hops']}")
-    for error in result.errors:
-        console.print(f"[dim]note: {error}[/]")
-    for notice in result.notices:
-        if notice.startswith("not remembered"):
-            console.print(f"[yellow]{notice}[/]", highlight=False)
-    for cited in result.citations:
-        console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
-    if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
-        console.print("answer: extractive (quoted from memory: no LM answer was given or accepted; see the notes)", highlight=False)
-    typer.echo(("[extractive] " if result.extractive else "") + (result.answer or "(no answer)"))
 
 
 @app.command()
@@ -189,10 +179,10 @@ def ingest(
     if not sources or (bank_name is None and export is None):
         _fail("say what to add (PATH... or --context-file) and where (--bank BANK or --export FILE)", code=2)
     target = bank_place(bank_name, config.paths.storage_dir, config.paths.database_url) if bank_name else None
-    bank = result = None
+    ingest = result = None
 
     def call() -> None:
-        nonlocal bank, result
+        nonlocal ingest, result
         from amb_dspy.bank import MemoryBank
         from amb_dspy.view.progress import ingest_display
 
@@ -200,13 +190,15 @@ def ingest(
             bank = MemoryBank(config, compiled=compiled, progress=show)
             if bank.notice and bank.task_config().models.policy != "heuristic":  # no LM call at ingest then
                 console.print(f"[yellow]{bank.notice}[/]")
-            result = bank.add_documents(sources, into=target, export=export)
+            ingest = bank.ingester()
+            result = ingest.add(sources, into=target, export=export)
 
     try:
         with _sigterm_as_interrupt():
             _run_command(call)
     except KeyboardInterrupt:
-        _fail(_interrupted(bank, target or export), code=130)
+        store, added = (ingest.store, ingest.added) if ingest is not None else (None, None)
+        _fail(_interrupted(store, target or export, added=added), code=130)
     _ingested(result)
 
 
@@ -222,31 +214,32 @@ def _ingested(result) -> None:
         _fail(f"{len(result.skipped)} of the documents could not be added (see the lines above)")
 
 
-def _export(bank, path: Path) -> Path:
-    """Write the bank, or fail in one line (the answer is already printed); returns the file written, another
-    name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
+def _export(store, path: Path) -> Path:
+    """Save ``store`` (a task's memory), or fail in one line (the answer is already printed); returns the file
+    written, another name than ``path`` when a larger bank is there (see :func:`amb_dspy.storage.bank_file.dump_bank`)."""
     from amb_dspy.storage.bank_file import BankFileError
 
     try:
-        return bank.export(path)
+        return store.save(path)
     except (OSError, BankFileError) as exc:
         _fail(f"cannot export the bank to {path}: {one_line(exc)}")
 
 
-def _interrupted(bank, export: Path | None) -> str:
-    """What an interrupted run kept: the memory built so far, exported when --export was given; an ingest into a
-    bank database: every document committed before the interrupt (the same command adds the rest)."""
+def _interrupted(store, export: Path | None, added=None) -> str:
+    """What an interrupted run or ingest kept: the memory built so far (``store``), exported when --export was
+    given; an ingest into a bank database (``added``: its add as it grew): every document committed before the
+    interrupt (the same command adds the rest)."""
     from amb_dspy.storage.bank_place import bank_at
 
-    if bank is not None and bank.added is not None and export is not None and bank_at(export).grows:
-        committed = bank.added.done - len(bank.added.unchanged)
+    if added is not None and export is not None and bank_at(export).grows:
+        committed = added.done - len(added.unchanged)
         return f"interrupted: {committed} documents committed to {export}; the same command adds the rest"
-    if bank is None or bank.session is None:
+    if store is None:
         return "interrupted before the run started: nothing was kept"
-    kept = f"interrupted: memory kept {len(bank.session.store.graph)} nodes and {len(bank.session.store.tree)} entries"
+    kept = f"interrupted: memory kept {len(store.graph)} nodes and {len(store.tree)} entries"
     if export is None:
         return kept + " (not written: no --export)"
-    return f"{kept}, exported to {_export(bank, export)}"
+    return f"{kept}, exported to {_export(store, export)}"
 
 
 @app.command("show")

@@ -44,7 +44,6 @@ from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.memory.documents import NamedDocument, read_documents  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
-from amb_dspy.memory.view.line_index import export_bank  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.storage import InsightDoc  # noqa: E402
 
@@ -79,7 +78,7 @@ class Grower:
             self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
             self.used, self.tokens = self.used + 1, self.tokens + estimate_tokens(document.text)
         grown = time.perf_counter() - started
-        export_bank(self.store, path)  # as amb ingest --bank saves: the new lines embedded, their vectors kept
+        self.store.save(path)  # as amb ingest --bank saves: the new lines embedded, their vectors kept
         state.write_text(json.dumps({"documents": self.used, "tokens": self.tokens, "grow_s": round(grown, 1)}))
         return path
 
@@ -115,7 +114,7 @@ def add_probes(bank: MemoryBank, path: Path | None, sessions: list[NamedDocument
         if profiler is not None:
             profiler.disable()
         started = time.perf_counter()
-        export_bank(store, copy)
+        store.save(copy)
         seconds["save"].append(time.perf_counter() - started)
     return store, seconds
 

@@ -6,7 +6,7 @@ builds a bank of the same shape at once: documents of ~1,000 tokens (750 random 
 nodes each (summary, context, keywords, a fifth of the document as their source span, so the evidence view lays out
 every turn), each node linked to two earlier ones, unit vectors of the embedder's dimension (random: opening never
 runs the model, so the values do not matter). It then prints, for the JSON bank file and the bank database: seconds
-to save the whole bank (the database with its line vectors: ``export_bank``, as ``amb ingest --bank`` saves),
+to save the whole bank (the database with its line vectors: ``MemoryStore.save``, as ``amb ingest --bank`` saves),
 bytes, seconds to open it (``MemoryStore.load``; wall and CPU), to copy the open store for a task (``copy``: what a
 task started on a store held in memory makes) and to open it for a task (``start_store``: what
 ``memory_start_task(bank=...)`` and ``amb run --bank`` do, the open included), seconds to that task's first evidence
@@ -45,7 +45,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent.parent)]
 from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig, PathSettings  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft  # noqa: E402
-from amb_dspy.memory.view import EvidenceView, Ranking, export_bank  # noqa: E402
+from amb_dspy.memory.view import EvidenceView, Ranking  # noqa: E402
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder  # noqa: E402
 from amb_dspy.storage.insight_doc import InsightDoc  # noqa: E402
 from amb_dspy.storage.interaction_tree import InteractionEntry  # noqa: E402
@@ -161,7 +161,7 @@ def main() -> None:
     rows, asked = {}, questions(rng, vocabulary)
     with tempfile.TemporaryDirectory(prefix="amb-bank-open-") as work:
         for name in ("bank.json", "bank.sqlite"):
-            path, saved, _ = timed(export_bank, store, Path(work) / name)
+            path, saved, _ = timed(store.save, Path(work) / name)
             opened_store, opened, opened_cpu = timed(MemoryStore.load, path, fresh_embedder(args.embedder))
             _, copied, copied_cpu = timed(opened_store.copy, InsightDoc(task_goal=asked[0]))  # dropped at once
             # what memory_start_task(bank=...) does: the bank opened for the task, whose store memory_context reads
@@ -173,7 +173,7 @@ def main() -> None:
                    **first_questions(task_store, asked), "rss_after_answer_mb": rss_mb()}
             del task_store
             add_document(opened_store, rng, vocabulary, documents)
-            _, row["save_after_add_s"], _ = timed(export_bank, opened_store, path)
+            _, row["save_after_add_s"], _ = timed(opened_store.save, path)
             row |= {**first_context(path, args.embedder, asked[0], args.think), "think_s": args.think}
             rows[name] = row
             print(name, " ".join(f"{key}={value}" for key, value in row.items()), f"load={os.getloadavg()[0]:.2f}",

@@ -41,7 +41,6 @@ from amb_dspy.bank import MemoryBank  # noqa: E402
 from amb_dspy.config import AmbConfig  # noqa: E402
 from amb_dspy.memory.graph_ops import MemoryStore  # noqa: E402
 from amb_dspy.memory.view import EvidenceView, Ranking  # noqa: E402
-from amb_dspy.memory.view.line_index import export_bank  # noqa: E402
 from amb_dspy.retrieval.embedding import default_embedder  # noqa: E402
 from amb_dspy.retrieval.hybrid import HybridIndex  # noqa: E402
 from amb_dspy.storage import InsightDoc  # noqa: E402
@@ -123,9 +122,9 @@ class GrowingBank:
     def add(self, document: Document) -> float:
         before = 0 if self.store is None else len(self.store.tree.entries)
         started = time.perf_counter()
-        self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
+        ingested = self.bank.ingest(document.text, document.name, into=self.store, date=document.date)
         seconds = time.perf_counter() - started
-        self.store = self.bank.session.store
+        self.store = ingested.store
         # the document's entries: one, or one per session of a dialogue of dated sessions
         added = list(self.store.tree.entries.values())[before:]
         self.placed.update((entry_id, (document.name, offset))
@@ -210,7 +209,7 @@ def bank_database(store: MemoryStore, work: Path) -> tuple[Path, float, float]:
     """The bank saved to its database (only what changed since the last size's save: the same store, the same
     file) and opened from it: the path, seconds to save, seconds to open."""
     started = time.perf_counter()
-    path = export_bank(store, work / "bank.sqlite")  # as amb ingest --bank saves it: with its line vectors
+    path = store.save(work / "bank.sqlite")  # as amb ingest --bank saves it: with its line vectors
     saved = time.perf_counter() - started
     started = time.perf_counter()
     MemoryStore.load(path, store.embedder)

@@ -114,8 +114,8 @@ def judge(related: bool):
     return analysis
 
 
-def bank_shape(bank: MemoryBank) -> tuple:
-    graph = bank.session.store.graph
+def bank_shape(store) -> tuple:
+    graph = store.graph
     nodes = [(n.summary, n.context, tuple(n.keywords)) for n in graph.nodes_dict.values()]
     index = {node_id: k for k, node_id in enumerate(graph.nodes_dict)}
     edges = sorted(tuple(sorted((index[a], index[b]))) for a, b in graph.edges())
@@ -128,11 +128,12 @@ def ingest(text: str, batch: int, lm, embedder, analysis: str = "conversion") ->
     result = bank.ingest(text, name="locomo")
     if result.errors and isinstance(lm, CutScriptedLM):  # the scripted LM never fails; a real one may (a column)
         raise SystemExit(f"ingest failed: {result.errors[:2]}")
-    total = bank.session.meter.total()
+    total = {key: sum(usage[key] for usage in result.usage.values())
+             for key in ("calls", "prompt_tokens", "completion_tokens")}
     by_agent = {agent: usage["calls"] for agent, usage in result.usage.items()}
-    rewritten = sum(_LINK in node.context for node in bank.session.store.graph.nodes_dict.values())  # the scripted rewrite
+    rewritten = sum(_LINK in node.context for node in result.store.graph.nodes_dict.values())  # the scripted rewrite
     return {"nodes": result.nodes, "edges": result.edges, "contexts_rewritten": rewritten, "seconds": result.seconds,
-            **total, "cut": getattr(lm, "cut", 0), "errors": result.errors, "by_agent": by_agent}, bank_shape(bank)
+            **total, "cut": getattr(lm, "cut", 0), "errors": result.errors, "by_agent": by_agent}, bank_shape(result.store)
 
 
 def make_lm(kind: str, topic_tokens: int, related: bool, speakers: tuple[str, ...], stands_for: str = DEFAULT_LM):

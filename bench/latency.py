@@ -75,11 +75,11 @@ def measure(text: str, threads: int, delay: float, embedder, work: Path, whole_r
     bank = MemoryBank(config, lm=timed.lm, embedder=embedder)
     started = time.perf_counter()
     if whole_run:
-        bank.run("What did the harbour towns build?", context=text)
+        result = bank.run("What did the harbour towns build?", context=text)
     else:
-        bank.ingest(text, name="tool response")
+        result = bank.ingest(text, name="tool response")
     return {"seconds": time.perf_counter() - started, "calls": len(timed.spans), "path": critical_path(timed.spans),
-            "nodes": len(bank.session.store.graph)}
+            "nodes": len(result.store.graph)}
 
 
 def main() -> None:

@@ -60,7 +60,7 @@ from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig, RankWeights
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import LINE_TOKENS, EvidenceView, Ranking, SummaryView, export_bank
+from amb_dspy.memory.view import LINE_TOKENS, EvidenceView, Ranking, SummaryView
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.storage import bank_names
@@ -168,7 +168,7 @@ def _line_spans(lines, offsets: dict[str, int]) -> list[Span]:
 def saved_and_opened(store: MemoryStore, where, embedder) -> MemoryStore:
     """The bank as a save to ``where`` (a bank database file, or a named bank in PostgreSQL) and a fresh open give it
     back, as ``amb ingest --bank`` saves it (its lines' vectors too) and a task opens it."""
-    export_bank(store, where)
+    store.save(where)
     return MemoryStore.load(where, embedder)
 
 
@@ -192,7 +192,7 @@ def measure(contexts: list[Context], config: AmbConfig, lm, embedder, weights: R
         for usage in result.usage.values():
             for key in ("calls", "prompt_tokens", "completion_tokens"):
                 ingest[key] += usage[key]
-        store = saved_and_opened(bank.session.store, bank_place(config, number), embedder)
+        store = saved_and_opened(result.store, bank_place(config, number), embedder)
         offsets = entry_offsets(store.tree.entries.values(), context.text)  # spans are read as the context's
         ingest["node_tokens"].extend(
             sum(estimate_tokens(store.tree.entries[src.entry_id].text[a:b]) for src in node.sources for a, b in src.spans)

@@ -128,8 +128,8 @@ def run_case(snippet: str, embedder, work: Path) -> dict:
     with dspy.context(lm=lm):
         bank = MemoryBank(config, lm=lm, embedder=embedder, search=OneAnswer(snippet))
         result = bank.run(GOAL)
-    entries = bank.session.store.tree.entries
-    from_needle = any(NEEDLE[:60] in entries[s.entry_id].text[a:b] for node in bank.session.store.graph.nodes_dict.values()
+    entries = result.store.tree.entries
+    from_needle = any(NEEDLE[:60] in entries[s.entry_id].text[a:b] for node in result.store.graph.nodes_dict.values()
                       for s in node.sources for a, b in s.spans if s.entry_id in entries)
     memory = [result.usage.get(agent, {"calls": 0, "prompt_tokens": 0}) for agent in MEMORY_AGENTS]
     return {

@@ -97,9 +97,9 @@ def cached_bank(conversation: Conversation, *, config: AmbConfig, lm: Any, lm_na
     result = bank.ingest(conversation.text(), conversation.name)
     usage = {f: sum(u[f] for u in result.usage.values()) for f in ("calls", "prompt_tokens", "completion_tokens")}
     cost = IngestCost(conversation=conversation.name, nodes=result.nodes, seconds=result.seconds, cached=False, **usage)
-    bank.export(bank_path)  # atomic; the cost file, read only beside a bank, comes second
+    result.export(bank_path)  # atomic; the cost file, read only beside a bank, comes second
     write_atomically(cost_path, cost.model_dump_json())
-    return bank.session.store, cost
+    return result.store, cost
 
 
 def fitting_tail(text: str, lm: Any, reserve: int = 600) -> str:

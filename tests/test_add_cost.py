@@ -32,10 +32,11 @@ def saved_bank(conversation, embedder, tmp_path_factory) -> Path:
     """Conversation 30's first four sessions, added one by one and saved to a bank database."""
     work = tmp_path_factory.mktemp("saved")
     bank = heuristic_bank(work, embedder)
+    store = None
     for number in range(1, 5):
-        bank.ingest(session_text(conversation, number), f"session {number}",
-                    into=bank.session.store if number > 1 else None)
-    return bank.export(work / "bank.sqlite")
+        ingested = bank.ingest(session_text(conversation, number), f"session {number}", into=store)
+        store = ingested.store
+    return ingested.export(work / "bank.sqlite")
 
 
 def test_adding_to_an_opened_bank_runs_the_model_on_the_new_document_only(saved_bank, conversation, embedder, tmp_path):

@@ -43,9 +43,9 @@ _GROUP_ID = re.compile(r"^Memory \d+ \(node ([0-9a-f]+)\):$", re.M)
 def bank_file(tmp_path, config, embedder):
     """A bank ingested from the festival and city notes with the deterministic policies (no LM)."""
     bank = MemoryBank(config.model_copy(update={"policy": "heuristic"}), lm=ScriptedLM(), embedder=embedder)
-    bank.ingest(f"{FESTIVAL}\n\n{CITY}", "notes")
+    ingested = bank.ingest(f"{FESTIVAL}\n\n{CITY}", "notes")
     path = tmp_path / "bank.json"
-    bank.export(path)
+    ingested.export(path)
     return path
 
 
@@ -192,7 +192,7 @@ def test_with_no_lm_answer_at_all_the_best_evidence_line_is_the_answer_marked_ex
     assert result.extractive and result.termination == "extractive_answer"  # never goal_met
     assert result.answer == FESTIVAL
     [cited] = result.citations
-    assert cited["source"] == FESTIVAL and cited["node_id"] in bank.session.store.graph
+    assert cited["source"] == FESTIVAL and cited["node_id"] in result.store.graph
     assert result.fallbacks["answer"] == 1 and "answer" not in {c.route for c in lm.calls if c.route == "answer"} - {"answer"}
 
 

@@ -103,7 +103,7 @@ def test_related_nodes_get_an_edge_and_the_run_meets_its_goal(config, embedder):
     result = bank.run("Which river flows through the festival city, and when is the festival?",
                       context=f"{FESTIVAL}\n\n{CITY}")
 
-    store = bank.session.store
+    store = result.store
     store.check()
     assert result.termination == "goal_met"
     assert result.answer == "The river Calder, in July"
@@ -164,7 +164,7 @@ def test_conflict_is_cross_validated_merged_and_reanalysed(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     # City first, then festival: the festival node is analysed against the city node and relates to it.
     result = bank.run("When is the festival?", context=f"{CITY}\n\n{FESTIVAL}")
-    store = bank.session.store
+    store = result.store
     store.check()
 
     assert result.termination == "goal_met", result.errors
@@ -212,7 +212,7 @@ def test_image_waits_in_temp_storage_until_recognised_then_becomes_an_attachment
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("What date does the poster show?", images=[image])
-    store = bank.session.store
+    store = result.store
     store.check()
 
     assert result.termination == "goal_met"
@@ -253,7 +253,7 @@ def test_agent_failure_fails_the_task_keeps_the_raw_text_and_the_run_goes_on(con
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
-    store = bank.session.store
+    store = result.store
     store.check()
 
     failed = [t for t in store.insight_doc.completed_tasks if t.status is TaskStatus.FAILURE]
@@ -281,8 +281,8 @@ def test_loop_cap_stops_a_run_that_never_finishes(config, embedder):
     result = bank.run("An endless question")
     assert result.termination == "loop_cap"
     assert result.loops == 2
-    assert bank.session.store.insight_doc.pending_tasks == ["Keep searching"]
-    assert len(bank.session.store.insight_doc.completed_tasks) == 2
+    assert result.store.insight_doc.pending_tasks == ["Keep searching"]
+    assert len(result.store.insight_doc.completed_tasks) == 2
 
 
 def test_lm_call_cap_stops_the_run_and_leaves_memory_consistent(config, embedder):
@@ -297,7 +297,7 @@ def test_lm_call_cap_stops_the_run_and_leaves_memory_consistent(config, embedder
     assert result.termination == "lm_call_cap"
     assert sum(u["calls"] for u in result.usage.values()) == 4
     assert any("LM call cap" in e for e in result.errors)
-    bank.session.store.check()
+    result.store.check()
 
 
 def test_executor_failure_marks_the_task_failed(config, embedder):
@@ -309,7 +309,7 @@ def test_executor_failure_marks_the_task_failed(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
     assert any(e.startswith("executor failed") for e in result.errors)
-    first = bank.session.store.insight_doc.completed_tasks[0]
+    first = result.store.insight_doc.completed_tasks[0]
     assert first.status is TaskStatus.FAILURE and first.context.startswith("executor failed")
 
 
@@ -319,8 +319,8 @@ def test_bad_input_is_refused_in_one_line_and_memory_is_kept(config, embedder, t
         **{REACT: [FINISH], EXTRACT: answers("ok")},
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
-    bank.run("When is the festival?", context=FESTIVAL)
-    before = bank.session.store
+    result = bank.run("When is the festival?", context=FESTIVAL)
+    before = result.store
     assert len(before.graph) == 1
 
     not_an_image = tmp_path / "notes.png"
@@ -341,7 +341,7 @@ def test_bad_input_is_refused_in_one_line_and_memory_is_kept(config, embedder, t
             call()
         message = str(info.value)
         assert expected in message and "\n" not in message
-    assert bank.session.store is before and len(bank.session.store.graph) == 1  # the earlier run's memory is untouched
+    assert result.store is before and len(result.store.graph) == 1  # the earlier run's memory is untouched
     assert not any(Path(config.temp_dir).glob("*/*"))  # nothing was staged
 
 
@@ -351,11 +351,11 @@ def test_exported_bank_has_the_three_layers_and_imports_equal(config, embedder, 
         **{REACT: [FINISH], EXTRACT: answers("ok")},
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
-    bank.run("When is the festival?", context=f"{FESTIVAL}\n\n{CITY}")
+    result = bank.run("When is the festival?", context=f"{FESTIVAL}\n\n{CITY}")
     path = tmp_path / "bank.json"
-    bank.export(path)
+    result.export(path)
     data = json.loads(path.read_text())
     assert {"insight_doc", "query_graph", "interaction_tree"} <= set(data)
     loaded = MemoryStore.load(path, embedder)
-    assert loaded.same_content(bank.session.store)
+    assert loaded.same_content(result.store)
     loaded.check()

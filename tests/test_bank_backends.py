@@ -23,7 +23,6 @@ from test_writers import finish, notes, start
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.storage.bank_file import BankFileError
 from amb_dspy.storage.bank_pg import DatabaseBank
 from amb_dspy.storage.postgres import DatabaseError, transaction
@@ -70,7 +69,7 @@ def watch(where) -> None:
 
 def test_a_bank_reads_back_the_same_from_either_backend(grown, tmp_path, embedder, store_backend):  # noqa: F811
     where = place(store_backend, tmp_path)
-    assert export_bank(grown, where) == where  # with its line vectors, as amb ingest --bank saves
+    assert grown.save(where) == where  # with its line vectors, as amb ingest --bank saves
     loaded = MemoryStore.load(where, embedder)
     same_bank(grown, loaded)
     assert loaded.line_vectors.complete and len(loaded.line_vectors) == len(grown.line_vectors) > 0
@@ -143,7 +142,6 @@ import sys, time
 from amb_dspy.bank import MemoryBank
 from amb_dspy.config import AmbConfig
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage.bank_pg import DatabaseBank
 
@@ -159,14 +157,14 @@ embedder = default_embedder()
 bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work + "/s", temp_dir=work + "/t"), embedder=embedder)
 store = MemoryStore.load(where, embedder)
 bank.ingest(text, "killed", into=store)
-export_bank(store, where)
+store.save(where)
 """
 
 
 def test_kill_9_mid_save_in_the_database_leaves_the_last_saved_bank(  # noqa: F811
         grown, tmp_path, embedder, sessions, database_url):  # noqa: F811
     where = DatabaseBank(database_url, "bank")
-    export_bank(grown, where)
+    grown.save(where)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, database_url, "bank", str(tmp_path), sessions[2]],
                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -185,14 +183,14 @@ def test_kill_9_mid_save_in_the_database_leaves_the_last_saved_bank(  # noqa: F8
     lock = where.lock()
     assert lock.acquire(wait=False)  # the killed writer's advisory lock went with its connection
     lock.release()
-    export_bank(store, where)  # and the bank goes on growing
+    store.save(where)  # and the bank goes on growing
     same_bank(store, MemoryStore.load(where, embedder))
 
 
 def test_database_errors_are_one_line(grown, tmp_path, embedder, database_url):  # noqa: F811
     with pytest.raises(BankFileError, match=r"^no bank 'missing' in postgresql://\S+: add documents") as missing:
         MemoryStore.load(DatabaseBank(database_url, "missing"), embedder)
-    export_bank(grown, DatabaseBank(database_url, "bank"))
+    grown.save(DatabaseBank(database_url, "bank"))
     with transaction(database_url) as connection:
         connection.execute("UPDATE amb_schema SET version = 99 WHERE component = 'banks'")
     from amb_dspy.storage import postgres

@@ -25,11 +25,11 @@ def heuristic_bank(tmp_path: Path, embedder) -> MemoryBank:
 def grown(conversation, embedder, tmp_path_factory):
     """Conversation 30's first twelve sessions, added one by one to one store."""
     bank = heuristic_bank(tmp_path_factory.mktemp("grown"), embedder)
+    store = None
     for number in range(1, 13):
         date = next(turn.date for turn in conversation.turns if turn.session == number)
-        into = bank.session.store if number > 1 else None
-        bank.ingest(session_text(conversation, number), f"session {number}", into=into, date=date)
-    return bank.session.store
+        store = bank.ingest(session_text(conversation, number), f"session {number}", into=store, date=date).store
+    return store
 
 
 def test_the_view_over_candidate_lines_is_the_view_over_every_line(grown, conversation):
@@ -59,8 +59,8 @@ def test_each_document_is_its_own_entry_and_its_nodes_are_related_to_the_old_one
 
 def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedder, tmp_path):
     bank = heuristic_bank(tmp_path, embedder)
-    bank.ingest(session_text(conversation, 1), "session 1")
-    store = bank.session.store
+    ingested = bank.ingest(session_text(conversation, 1), "session 1")
+    store = ingested.store
     grown = bank.ingest(session_text(conversation, 2), "session 2", into=store)
     before = store.payload()
     again = bank.ingest(session_text(conversation, 1), "session 1 (again)", into=store)
@@ -70,17 +70,17 @@ def test_adding_an_unchanged_document_again_changes_nothing(conversation, embedd
 
 def test_a_new_document_is_laid_out_and_indexed_alone(conversation, embedder, tmp_path):
     bank = heuristic_bank(tmp_path, embedder)
-    bank.ingest(session_text(conversation, 1), "session 1")
-    view = EvidenceView(Ranking(bank.session.store))
+    ingested = bank.ingest(session_text(conversation, 1), "session 1")
+    view = EvidenceView(Ranking(ingested.store))
     question = "What did Gina do after losing her job?"
     view.block(question, 500)
     lines = view.ranking.line_index
     index, laid_out = lines.index, list(lines.lines)
-    bank.ingest(session_text(conversation, 2), "session 2", into=bank.session.store)
+    ingested = bank.ingest(session_text(conversation, 2), "session 2", into=ingested.store)
     grown = view.block(question, 500)
     assert lines.index is index and len(index) == len(lines.lines) > len(laid_out)
     assert lines.lines[:len(laid_out)] == laid_out  # the old lines kept, not laid out again
-    fresh = EvidenceView(Ranking(bank.session.store))
+    fresh = EvidenceView(Ranking(ingested.store))
     assert set(fresh.ranking.line_index.refresh()) == set(lines.lines)
     assert fresh.block(question, 500) == grown
 
@@ -112,12 +112,12 @@ def test_the_tables_kept_line_by_line_are_the_tables_of_all_lines(conversation, 
     """After adds, the line table and spreading graph brought up to date line by line (a new heading named by an old
     line, a new speaker, new lines beside old ones) read as the ones a fresh view lays out from every line."""
     bank = heuristic_bank(tmp_path, embedder)
-    bank.ingest(ZEPHYR, "zephyr")
-    view = EvidenceView(Ranking(bank.session.store))
+    ingested = bank.ingest(ZEPHYR, "zephyr")
+    view = EvidenceView(Ranking(ingested.store))
     view.block("Who makes the Zephyr?", 300)
     for text, name in ((session_text(conversation, 1), "session 1"), (CORVEX, "corvex")):
-        bank.ingest(text, name, into=bank.session.store)
+        ingested = bank.ingest(text, name, into=ingested.store)
         view.block("Who makes the Zephyr?", 300)
-    grown, fresh = described(view), described(EvidenceView(Ranking(bank.session.store)))
+    grown, fresh = described(view), described(EvidenceView(Ranking(ingested.store)))
     assert grown == fresh
     assert {"Corvex Cycles"} in [facts[5] for facts in grown.values()]  # the old line names the new heading

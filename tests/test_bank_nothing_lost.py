@@ -43,8 +43,8 @@ def config(tmp_path, corpus):
 NOT_SUFFICIENT = {"answer": "July?", "cited_node_ids": [], "reason": "the year is not in memory", "sufficient": False}
 
 
-def texts(bank) -> list[str]:
-    return [e.text for e in bank.session.store.tree.entries.values()]
+def texts(result) -> list[str]:
+    return [e.text for e in result.store.tree.entries.values()]
 
 
 def test_tool_calls_of_the_final_answer_are_recorded(config, embedder):
@@ -54,8 +54,8 @@ def test_tool_calls_of_the_final_answer_are_recorded(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("Which river flows through Port Merrow?")
     assert result.answer == "The Calder" and result.loops == 0
-    assert any("river Calder flows through it" in t for t in texts(bank))  # the final pass's search
-    bank.session.store.check()
+    assert any("river Calder flows through it" in t for t in texts(result))  # the final pass's search
+    result.store.check()
 
 
 def test_an_executor_that_fails_after_its_tool_calls_keeps_what_they_returned(config, embedder):
@@ -69,7 +69,7 @@ def test_an_executor_that_fails_after_its_tool_calls_keeps_what_they_returned(co
     bank = MemoryBank(config.model_copy(update={"max_loops": 1}), lm=lm, embedder=embedder)
     result = bank.run("When is the festival?")
     assert any("final answer failed" in e for e in result.errors)
-    assert any("second Saturday of July" in t for t in texts(bank))
+    assert any("second Saturday of July" in t for t in texts(result))
     assert result.termination == "no_answer" and result.answer == ""
 
 
@@ -90,10 +90,10 @@ def test_a_failed_merge_keeps_the_whole_cross_validation(config, embedder):
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?", context=f"{FESTIVAL}\n\nA blog says the festival is in late August.")
     assert any("integration agent" in e for e in result.errors)
-    kept = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "cross_validation"]
+    kept = [e for e in result.store.tree.entries.values() if e.metadata.get("source") == "cross_validation"]
     assert kept and kept[0].text.count("The official page says July.") == 600  # whole, not cut at 12,000
     assert "conversion_failed" in kept[0].metadata
-    bank.session.store.check()
+    result.store.check()
 
 
 def test_the_lm_call_cap_during_a_conversion_still_records_the_text(config, embedder):
@@ -104,8 +104,8 @@ def test_the_lm_call_cap_during_a_conversion_still_records_the_text(config, embe
     context = f"{FESTIVAL} {CITY} {FESTIVAL}\n\n{CITY} {FESTIVAL} {CITY}"  # long enough to need structure calls
     result = bank.run("When is the festival?", context=context)
     assert result.termination == "lm_call_cap" and len(lm.calls) == 1  # classification, then the cap
-    assert texts(bank) == [context]
-    bank.session.store.check()
+    assert texts(result) == [context]
+    result.store.check()
 
 
 def test_a_failed_first_plan_is_no_success_the_executor_still_tries(config, embedder):
@@ -120,7 +120,7 @@ def test_a_failed_first_plan_is_no_success_the_executor_still_tries(config, embe
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.run("When is the festival?", context=FESTIVAL)
     assert result.loops >= 1  # not "goal_met after 0 loops"
-    assert bank.session.store.insight_doc.completed_tasks[0].description.startswith("Answer the task goal")
+    assert result.store.insight_doc.completed_tasks[0].description.startswith("Answer the task goal")
     assert any("planning agent" in e for e in result.errors)
 
 

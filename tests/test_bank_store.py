@@ -44,9 +44,9 @@ def new_bank(tmp_path: Path, embedder) -> MemoryBank:
 def grown(tmp_path, embedder, sessions) -> MemoryStore:
     """A store of the first two sessions, each its own document."""
     bank = new_bank(tmp_path, embedder)
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    bank.ingest(sessions[1], "session 2", into=bank.session.store, date="2023-05-25")
-    return bank.session.store
+    ingested = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    ingested = bank.ingest(sessions[1], "session 2", into=ingested.store, date="2023-05-25")
+    return ingested.store
 
 
 def same_bank(a: MemoryStore, b: MemoryStore) -> None:
@@ -187,7 +187,6 @@ from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding import default_embedder
 from amb_dspy.storage import bank_db
 
-from amb_dspy.memory.view import export_bank
 
 path, work, text, stall = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 write = getattr(bank_db, stall)
@@ -199,8 +198,8 @@ setattr(bank_db, stall, stalled)
 embedder = default_embedder()
 store = MemoryStore.load(path, embedder) if os.path.exists(path) else None
 bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work + "/s", temp_dir=work + "/t"), embedder=embedder)
-bank.ingest(text, "killed", into=store)
-export_bank(bank.session.store, path)  # the new lines' vectors too (amb_dspy.storage.line_vectors)
+ingested = bank.ingest(text, "killed", into=store)
+ingested.store.save(path)  # the new lines' vectors too (amb_dspy.storage.line_vectors)
 """
 
 

@@ -97,7 +97,7 @@ def test_garbage_replies_lose_no_knowledge_and_runs_answer(rate, items, corpus, 
         bank = MemoryBank(config, lm=chaos_lm(rate, seed, item.question), embedder=embedder, search=searches,
                           corpus=corpus)
         result = bank.run(item.question, context=context)  # nothing may escape
-        store = bank.session.store
+        store = result.store
         store.check()
         entries = list(store.tree.entries.values())
         kept = [e for e in entries if "conversion_failed" in e.metadata]

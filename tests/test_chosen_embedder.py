@@ -24,7 +24,7 @@ from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.registry import open_store_or_notice
 from amb_dspy.longterm.sqlite import SQLiteStore
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank, view_for
+from amb_dspy.memory.view import view_for
 from amb_dspy.retrieval.embedding import EmbeddingError, bundled_minilm_dir, shared_embedder
 from tests.test_bank_store import grown, sessions  # noqa: F401  (fixtures)
 
@@ -81,7 +81,7 @@ def test_the_dspy_embedder_learns_its_dimension_and_normalises(words):
 
 def test_a_bank_of_another_embedder_and_dimension_is_embedded_again(grown, tmp_path, embedder, words):  # noqa: F811
     nodes = len(grown.graph.nodes_dict)
-    for path in (grown.export(tmp_path / "bank.json"), export_bank(grown, tmp_path / "bank.sqlite")):
+    for path in (grown.export(tmp_path / "bank.json"), grown.save(tmp_path / "bank.sqlite")):
         notices: list[str] = []
         store = MemoryStore.load(path, words, notices)
         assert notices == [f"{path}: embedded with {embedder.model_name}; {nodes} nodes embedded again with "
@@ -90,7 +90,7 @@ def test_a_bank_of_another_embedder_and_dimension_is_embedded_again(grown, tmp_p
         assert {node.embedding.shape for node in store.graph.nodes_dict.values()} == {(WORDS_DIM,)}
         assert "Jon" in view_for(store, "evidence").block("What business is Jon starting?", 1000).text
         assert len(store.line_vectors) > 0  # the evidence view's lines, embedded at 64 dimensions
-    export_bank(store, path)  # the bank database now holds the 64-d vectors, its line vectors under each model
+    store.save(path)  # the bank database now holds the 64-d vectors, its line vectors under each model
     with sqlite3.connect(path) as connection:
         assert connection.execute("SELECT value FROM meta WHERE key = 'embedding_dim'").fetchone()[0] == "64"
         models = {model for (model,) in connection.execute("SELECT DISTINCT model FROM line_vectors")}
@@ -107,8 +107,8 @@ def test_a_bank_made_with_a_chosen_embedder_records_it(tmp_path, folder_embedder
     bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t",
                                 embedder=str(bundled_minilm_dir())))
     assert bank.embedder is folder_embedder
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    path = export_bank(bank.session.store, tmp_path / "bank.sqlite")
+    ingested = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    path = ingested.store.save(tmp_path / "bank.sqlite")
     with sqlite3.connect(path) as connection:
         recorded = connection.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()[0]
     assert recorded == f'"{folder_embedder.model_name}"'

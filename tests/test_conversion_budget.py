@@ -77,7 +77,7 @@ def run_with_search(tmp_path: Path, embedder, snippet: str):
     with dspy.context(lm=lm):
         bank = MemoryBank(config, lm=lm, embedder=embedder, search=OneAnswer(snippet))
         result = bank.run(GOAL)
-    return bank, result
+    return result
 
 
 def memory_calls(result) -> int:
@@ -127,22 +127,22 @@ def test_over_the_budget_the_passages_matching_the_goal_are_read():
 
 def test_a_huge_search_result_costs_a_bounded_number_of_calls_and_is_kept_whole(tmp_path, embedder):
     page = long_page(300_000)
-    bank, result = run_with_search(tmp_path, embedder, page)
+    result = run_with_search(tmp_path, embedder, page)
     assert result.termination == "goal_met" and sum(u["calls"] for u in result.usage.values()) <= 30
-    entries = bank.session.store.tree.entries
+    entries = result.store.tree.entries
     assert any(" ".join(page.split()) in e.text for e in entries.values())  # all of it in the tree
-    sources = [entries[s.entry_id].text[a:b] for n in bank.session.store.graph.nodes_dict.values() for s in n.sources
+    sources = [entries[s.entry_id].text[a:b] for n in result.store.graph.nodes_dict.values() for s in n.sources
                for a, b in s.spans]
     assert any(NEEDLE in text for text in sources)  # the relevant passage became a node
     assert any("conversion budget" in notice for notice in result.notices)
-    bank.session.store.check()
+    result.store.check()
 
 
 def test_a_junk_search_result_is_kept_raw_with_a_notice_and_makes_no_node(tmp_path, embedder):
     blob = junk(60_000)
-    bank, result = run_with_search(tmp_path, embedder, blob)
+    result = run_with_search(tmp_path, embedder, blob)
     assert memory_calls(result) == 0 and result.query_graph["nodes"] == []
-    [raw] = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "executor"]
+    [raw] = [e for e in result.store.tree.entries.values() if e.metadata.get("source") == "executor"]
     assert " ".join(blob.split()) in raw.text and "not language" in raw.metadata["kept_raw"]
     assert any("not language" in notice for notice in result.notices)
 

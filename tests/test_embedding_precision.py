@@ -81,8 +81,8 @@ def test_the_precision_setting_switches_the_model_and_the_recorded_name(monkeypa
 
 def test_a_float32_bank_opened_at_int8_is_embedded_again_never_mixed(tmp_path, int8, float32, sessions):  # noqa: F811
     bank = new_bank(tmp_path, float32)
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    path = bank.session.store.export(tmp_path / "bank.sqlite")
+    ingested = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    path = ingested.store.export(tmp_path / "bank.sqlite")
     notices: list[str] = []
     store = MemoryStore.load(path, int8, notices)
     nodes = list(store.graph.nodes_dict.values())

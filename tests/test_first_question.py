@@ -19,7 +19,6 @@ from amb_dspy.memory.view import (
     RankWeights,
     SummaryView,
     ViewName,
-    export_bank,
     heading_of,
     label_of,
 )
@@ -76,7 +75,7 @@ def test_each_lines_index_entry_reads_the_terms_of_its_heading_label_and_text(em
 
 def test_a_task_opened_from_a_bank_database_is_the_banks_copy_and_leaves_the_file_as_it_was(embedder, tmp_path):
     bank = small_bank(embedder)
-    path = export_bank(bank, tmp_path / "bank.sqlite")
+    path = bank.save(tmp_path / "bank.sqlite")
     saved = path.read_bytes()
     doc = InsightDoc(task_goal=QUESTIONS[0])
     task, notices = start_store(embedder, path, doc)
@@ -88,7 +87,7 @@ def test_a_task_opened_from_a_bank_database_is_the_banks_copy_and_leaves_the_fil
         assert (EvidenceView(Ranking(task)).block(question, 200)
                 == EvidenceView(Ranking(copied)).block(question, 200))
     task.add_node(NodeDraft(summary="The task's own finding", context="finding", keywords=["finding"]))
-    export_bank(task, tmp_path / "task.sqlite")
+    task.save(tmp_path / "task.sqlite")
     assert path.read_bytes() == saved
     reopened = MemoryStore.load(path, embedder)
     assert len(reopened.graph) == len(bank.graph) and reopened.hops == bank.hops
@@ -116,7 +115,7 @@ def test_a_copys_index_ranks_as_the_originals_and_its_changes_never_reach_the_or
 
 
 def test_a_task_started_on_a_bank_lays_out_its_lines_before_its_first_request(embedder, tmp_path):
-    path = export_bank(small_bank(embedder), tmp_path / "storage" / "bank.sqlite")
+    path = small_bank(embedder).save(tmp_path / "storage" / "bank.sqlite")
     config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp", recall=False)
     amb = MemoryBank(config, embedder=embedder)
     assert not amb.start_session(QUESTIONS[0]).busy  # an empty task has nothing to lay out

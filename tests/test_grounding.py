@@ -35,9 +35,9 @@ PLACEHOLDER, NOISE, UNRELATED = "{answer}", "XQZVTKWPLMRSTNBDFGHJKLQWRTY 9x9x9x9
 def bank_file_fixture(tmp_path, config, embedder):
     """A bank ingested from the festival and city notes with the deterministic policies (no LM)."""
     bank = MemoryBank(config.model_copy(update={"policy": "heuristic"}), lm=ScriptedLM(), embedder=embedder)
-    bank.ingest(f"{FESTIVAL}\n\n{CITY}", "notes")
+    ingested = bank.ingest(f"{FESTIVAL}\n\n{CITY}", "notes")
     path = tmp_path / "bank.json"
-    bank.export(path)
+    ingested.export(path)
     return path
 
 

@@ -60,7 +60,7 @@ def test_a_folder_is_added_each_document_its_own_entry_and_a_binary_file_is_one_
     assert result.added == [f"{folder}/marrowick.md", f"{folder}/passages.jsonl#river-sennet",
                             f"{folder}/passages.jsonl#kestrel-bay", f"{folder}/places/gull-coast-climate.txt"]
     assert result.skipped == [f"skipped {folder}/photo.md: binary data, not text"]
-    store = bank.session.store
+    store = result.store
     assert document_names(store) == result.added and result.nodes == len(store.graph) > 4
     assert all(store.tree.entries[s.entry_id].metadata["name"] in result.added  # every node comes from a document
                for node in store.graph.nodes_dict.values() for s in node.sources)
@@ -81,7 +81,7 @@ def test_a_glob_adds_what_it_matches_and_the_limit_is_per_document(tmp_path, emb
 def test_re_adding_an_unchanged_document_is_a_no_op(tmp_path, embedder, notes):
     bank = heuristic_bank(tmp_path, embedder)
     first = bank.add_documents([notes / "marrowick.md"])
-    store = bank.session.store
+    store = first.store
     before = (len(store.graph), len(store.tree), store.graph.edge_count)
     again = bank.add_documents([notes / "marrowick.md"], into=store)
     assert first.added and not again.changed and again.unchanged == [f"{notes.as_posix()}/marrowick.md"]
@@ -92,8 +92,8 @@ def test_a_changed_document_supersedes_its_old_version_which_memory_leaves_out(t
     note = tmp_path / "ferry.md"
     note.write_text(FERRY.format(hour="9 am"))
     bank = heuristic_bank(tmp_path, embedder)
-    bank.add_documents([note, DEMO / "river-sennet.md"])
-    store = bank.session.store
+    added = bank.add_documents([note, DEMO / "river-sennet.md"])
+    store = added.store
     old = set(store.graph.nodes_dict)
     note.write_text(FERRY.format(hour="11 am"))
     result = bank.add_documents([note, DEMO / "river-sennet.md"], into=store)
@@ -169,9 +169,9 @@ def test_a_schema_3_bank_file_loads_and_takes_a_newer_version(tmp_path, embedder
     note = tmp_path / "ferry.md"
     note.write_text(FERRY.format(hour="9 am"))
     bank = heuristic_bank(tmp_path, embedder)
-    bank.add_documents([note])
+    added = bank.add_documents([note])
     path = tmp_path / "old.json"
-    bank.export(path)
+    added.store.export(path)
     data = json.loads(path.read_text())
     data["schema_version"] = 3  # as schema 3 wrote it: no superseded_by on the nodes
     for node in data["query_graph"]["nodes"]:
@@ -181,7 +181,7 @@ def test_a_schema_3_bank_file_loads_and_takes_a_newer_version(tmp_path, embedder
     assert len(store.graph) and not store.superseded()
     note.write_text(FERRY.format(hour="11 am"))
     result = bank.add_documents([note], into=path)
-    assert result.replaced == [note.as_posix()] and len(bank.session.store.superseded()) == len(store.graph)
+    assert result.replaced == [note.as_posix()] and len(result.store.superseded()) == len(store.graph)
     data["schema_version"] = 4
     data["query_graph"]["nodes"][0]["superseded_by"] = "ghost"
     path.write_text(json.dumps(data))
@@ -202,7 +202,7 @@ def test_locomo_sessions_arrive_one_file_at_a_time_each_session_its_own_dated_en
 
     bank = heuristic_bank(tmp_path, embedder)
     first = bank.add_documents([first_sessions(2)])
-    store = bank.session.store
+    store = first.store
     later = bank.add_documents([first_sessions(3)], into=store)  # the conversation so far, one session more
     name = (tmp_path / "30.json").as_posix()
     assert first.added == [f"{name}#session_1", f"{name}#session_2"]

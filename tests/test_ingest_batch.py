@@ -53,10 +53,10 @@ def ingest(tmp_path, batch: int, lm: ScriptedLM, embedder, policy: str = "lm"):
     return bank, bank.ingest(TEXT, name="parts")
 
 
-def shape(bank):
-    ids = list(bank.session.store.graph.nodes_dict)
-    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in bank.session.store.graph.nodes_dict.values()]
-    return nodes, sorted(tuple(sorted((ids.index(a), ids.index(b)))) for a, b in bank.session.store.graph.edges())
+def shape(result):
+    ids = list(result.store.graph.nodes_dict)
+    nodes = [(n.summary, n.context, tuple(n.keywords)) for n in result.store.graph.nodes_dict.values()]
+    return nodes, sorted(tuple(sorted((ids.index(a), ids.index(b)))) for a, b in result.store.graph.edges())
 
 
 def scripted(**extra):
@@ -65,12 +65,12 @@ def scripted(**extra):
 
 def test_batched_ingest_makes_the_sequential_bank_in_fewer_calls(tmp_path, embedder):
     one_lm, many_lm = scripted(), scripted()
-    one, alone = ingest(tmp_path, 1, one_lm, embedder)
-    many, batched = ingest(tmp_path, 8, many_lm, embedder)
-    assert shape(many) == shape(one)
-    nodes, edges = shape(one)
+    _, alone = ingest(tmp_path, 1, one_lm, embedder)
+    _, batched = ingest(tmp_path, 8, many_lm, embedder)
+    assert shape(batched) == shape(alone)
+    nodes, edges = shape(alone)
     assert len(nodes) == 8 and edges and any("~" in context for _, context, _ in nodes)  # related verdicts applied
-    assert [e.text for e in many.session.store.tree.entries.values()] == [e.text for e in one.session.store.tree.entries.values()]
+    assert [e.text for e in batched.store.tree.entries.values()] == [e.text for e in alone.store.tree.entries.values()]
     assert not any(c.route.endswith("_batch") for c in one_lm.calls)
     assert {c.route for c in many_lm.calls} >= {"structure_batch", "analysis_batch"}
     # the same items were asked, and the meter counts each real LM call once
@@ -91,15 +91,15 @@ def test_an_unusable_batch_answer_falls_back_to_the_policy_or_is_asked_again_in_
     sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
     assert sizes[::2] == sizes[1::2] == [7, 3, 2, 4, 2, 2]  # each asked twice: DSPy's ChatAdapter, then its JSON one
     assert len(lm.calls_for("analysis")) == 7 and result.edges
-    assert all(n.summary for n in bank.session.store.graph.nodes_dict.values())
-    assert len(bank.session.store.tree.entries) == 1
+    assert all(n.summary for n in result.store.graph.nodes_dict.values())
+    assert len(result.store.tree.entries) == 1
 
 
 def test_under_policy_lm_an_unusable_analysis_batch_asks_each_node_alone(tmp_path, embedder):
-    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    _, one = ingest(tmp_path, 1, scripted(), embedder)
     lm = scripted(analysis_batch=lambda call: "{not json")
-    many, result = ingest(tmp_path, 8, lm, embedder)
-    assert shape(many) == shape(one) and not result.errors
+    _, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(result) == shape(one) and not result.errors
     assert lm.calls_for("analysis_batch") and len(lm.calls_for("analysis")) == 7
 
 
@@ -109,32 +109,31 @@ def test_a_batch_answer_that_leaves_a_cluster_out_asks_that_one_alone(tmp_path, 
         return {"summaries": [{"number": t["number"], "summary": " ".join(t["content"].split()[:len(t["content"].split()) * 2 // 5])}
                               for t in topics[:-1]], "complete": True}
 
-    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    _, one = ingest(tmp_path, 1, scripted(), embedder)
     lm = scripted(structure_batch=drop_last)
-    many, result = ingest(tmp_path, 8, lm, embedder)
-    assert shape(many) == shape(one) and not result.errors
+    _, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(result) == shape(one) and not result.errors
     assert len(lm.calls_for("structure_batch")) == 1 and len(lm.calls_for("structure")) == 1
 
 
 def test_the_nodes_of_one_conversion_are_judged_on_the_graph_it_found_and_the_verdicts_applied_in_order(tmp_path, embedder):
     conversion_lm, ordered_lm = scripted(), scripted()
-    conversion, _ = ingest(tmp_path, 8, conversion_lm, embedder)
+    _, conversion = ingest(tmp_path, 8, conversion_lm, embedder)
     config = AmbConfig(storage_dir=tmp_path / "ordered", ingest_batch=8, ingest_analysis="ordered", policy="lm", lm_threads=1)
-    ordered = MemoryBank(config, lm=ordered_lm, embedder=embedder)
-    result = ordered.ingest(TEXT, name="parts")
-    assert result.usage["analysis"]["calls"] == 7 and not result.errors  # ordered: one call a node
+    ordered = MemoryBank(config, lm=ordered_lm, embedder=embedder).ingest(TEXT, name="parts")
+    assert ordered.usage["analysis"]["calls"] == 7 and not ordered.errors  # ordered: one call a node
     # conversion: every node was shown its candidates as drafted, none re-described by an earlier verdict
     shown = [c["context"] for call in conversion_lm.calls_for("analysis") for c in call.input_json("candidates")]
     assert shown and all("~" not in context for context in shown)
     assert any("~" in c["context"] for call in ordered_lm.calls_for("analysis") for c in call.input_json("candidates"))
     # "harbour fishing nets" (part 6) relates to part 0, which part 2 re-described first: in conversion order
     # its verdict rests on part 0 as drafted, in the ordered one on part 0 as part 2's verdict left it
-    contexts = {bank: {n.context.split(" ~")[0]: n.context for n in bank.session.store.graph.nodes_dict.values()}
-                for bank in (conversion, ordered)}
-    assert contexts[conversion]["Part 6"] == "Part 6 ~ Part 0"
-    assert contexts[ordered]["Part 6"] == "Part 6 ~ Part 0 ~ Part 2"
+    contexts = [{n.context.split(" ~")[0]: n.context for n in ingested.store.graph.nodes_dict.values()}
+                for ingested in (conversion, ordered)]
+    assert contexts[0]["Part 6"] == "Part 6 ~ Part 0"
+    assert contexts[1]["Part 6"] == "Part 6 ~ Part 0 ~ Part 2"
     # part 0 was re-described by the verdicts of parts 2 and 6: the later one stands
-    assert contexts[conversion]["Part 0"] == "Part 0 ~ Part 6"
+    assert contexts[0]["Part 0"] == "Part 0 ~ Part 6"
 
 
 def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embedder):
@@ -147,8 +146,8 @@ def test_a_compiled_agent_asks_each_item_alone_as_it_was_compiled(tmp_path, embe
     bank.agents["structure"].summarize.demos = [demo]
     bank.agents["analysis"].analyze.demos = [dspy.Example(new_node="x", candidates=[], relationships=[])]
     result = bank.ingest(TEXT, name="parts")
-    one, _ = ingest(tmp_path, 1, scripted(), embedder)
-    assert shape(bank) == shape(one) and not result.errors
+    _, one = ingest(tmp_path, 1, scripted(), embedder)
+    assert shape(result) == shape(one) and not result.errors
     assert not any(c.route.endswith("_batch") for c in lm.calls)  # the demos' predictors answered every item
     assert result.usage["structure"]["calls"] == 8 and result.usage["analysis"]["calls"] == 7
 
@@ -167,10 +166,10 @@ def test_an_analysis_answer_cut_short_by_max_tokens_is_asked_again_and_loses_no_
             return reply[: len(reply) * 7 // 10] if len(calls) <= 2 else reply  # the LM stopped at max_tokens
         return answer
 
-    one, _ = ingest(tmp_path, 1, scripted(), embedder)
+    _, one = ingest(tmp_path, 1, scripted(), embedder)
     lm = scripted(wrap_batches=cut_the_first)
-    many, result = ingest(tmp_path, 8, lm, embedder)
-    assert shape(many) == shape(one) and not result.errors  # every judgement of the cut answer made again
+    _, result = ingest(tmp_path, 8, lm, embedder)
+    assert shape(result) == shape(one) and not result.errors  # every judgement of the cut answer made again
     sizes = [len(call.input_json("new_notes")) for call in lm.calls_for("analysis_batch")]
     assert sizes == [7, 7, 3, 4]  # cut twice (asked by DSPy's ChatAdapter, then its JSON one), then each half
 

@@ -20,6 +20,7 @@ from amb_dspy.memory.bank_writer import BankWriter
 from amb_dspy.memory.documents import read_documents, turn_line
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.ingest_ahead import AHEAD_DOCUMENTS, ReadAhead
+from amb_dspy.task.ingest import DocumentIngest
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "datasets" / "demo"
@@ -99,7 +100,7 @@ def test_a_file_that_cannot_be_read_is_one_line_and_the_rest_is_committed_in_ord
 
 def test_a_failing_conversion_stops_the_pipeline_with_the_documents_before_it_committed(tmp_path, embedder, folder,
                                                                                       monkeypatch):
-    ingest, seen = MemoryBank.ingest, []
+    ingest, seen = DocumentIngest.ingest, []
 
     def failing(self, context, name="context", **kwargs):
         seen.append(name)
@@ -107,7 +108,7 @@ def test_a_failing_conversion_stops_the_pipeline_with_the_documents_before_it_co
             raise RuntimeError("the converter broke")
         return ingest(self, context, name, **kwargs)
 
-    monkeypatch.setattr(MemoryBank, "ingest", failing)
+    monkeypatch.setattr(DocumentIngest, "ingest", failing)  # the ingest owner's, which an add calls per document
     with pytest.raises(RuntimeError, match="the converter broke"):
         heuristic_bank(tmp_path, embedder).add_documents([folder], into=tmp_path / "c.sqlite")
 

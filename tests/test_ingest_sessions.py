@@ -87,8 +87,8 @@ def test_the_whole_conversation_added_again_adds_only_its_new_session(conversati
     bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"),
                       embedder=embedder)
     so_far = conversation.model_copy(update={"turns": [t for t in conversation.turns if t.session < SESSIONS]})
-    bank.ingest(so_far.text(), "30")
-    store = bank.session.store
+    ingested = bank.ingest(so_far.text(), "30")
+    store = ingested.store
     before = store.payload()
     assert not bank.ingest(so_far.text(), "30", into=store).added and store.payload() == before
     grown = bank.ingest(conversation.text(), "30", into=store)  # the conversation so far, one session more
@@ -114,12 +114,12 @@ def test_sessions_the_lm_call_cap_leaves_unconverted_are_kept_raw_not_lost(analy
                                         (16, "flower", "the roses sold out"))]
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.ingest("\n\n".join(sessions), "gina")
-    entries = list(bank.session.store.tree.entries.values())
+    entries = list(result.store.tree.entries.values())
     assert [e.text for e in entries] == sessions and result.added
     failed = ["conversion_failed" in e.metadata for e in entries]
     assert failed == ([False, True, True] if analysis == "ordered" else [True, True, True])
     assert result.errors == ["LM call cap reached: 1 calls made (max_lm_calls=1)"]
-    bank.session.store.check()
+    result.store.check()
 
 
 def test_under_the_lm_policy_a_conversation_in_one_go_is_one_conversion_an_entry_a_session(embedder, tmp_path):
@@ -139,7 +139,7 @@ def test_under_the_lm_policy_a_conversation_in_one_go_is_one_conversion_an_entry
                 for day, shop in ((2, "dance"), (9, "clothing"), (16, "flower"))]
     bank = MemoryBank(config, lm=lm, embedder=embedder)
     result = bank.ingest("\n\n".join(sessions), "gina")
-    store = bank.session.store
+    store = result.store
     entries = list(store.tree.entries.values())
     assert [e.text for e in entries] == sessions and result.usage["classification"]["calls"] == 1
     assert [e.metadata["name"] for e in entries] == ["gina#session_1", "gina#session_2", "gina#session_3"]
@@ -159,7 +159,7 @@ def test_a_text_file_of_a_conversation_is_added_a_session_an_entry(embedder, tmp
     bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"),
                       embedder=embedder)
     result = bank.add_documents([path])
-    entries = list(bank.session.store.tree.entries.values())
+    entries = list(result.store.tree.entries.values())
     assert result.added == [path.as_posix()] and [e.text for e in entries] == sessions
     assert [(e.metadata["name"], e.metadata["date"]) for e in entries] == [
         (f"{path.as_posix()}#session_1", "10:00 am on 2 May, 2023"), (f"{path.as_posix()}#session_2", "10:00 am on 9 May, 2023")]

@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amb_dspy.bank import MemoryBank
+from amb_dspy.bank import IngestResult
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import EvidenceView, Ranking, embed_lines, export_bank
+from amb_dspy.memory.view import EvidenceView, Ranking
 from amb_dspy.storage.bank_db import read_bank_db
 from amb_dspy.storage.line_vectors import LineVectors, line_key
 from amb_dspy.task.tools import memory_context
@@ -46,17 +46,16 @@ def block(store: MemoryStore, question: str = QUESTION) -> str:
 
 
 @pytest.fixture
-def grown_bank(tmp_path, embedder, sessions) -> MemoryBank:  # noqa: F811
-    """A bank whose latest store holds LoCoMo 30's first two sessions, each its own document; no question asked."""
+def grown_bank(tmp_path, embedder, sessions) -> IngestResult:  # noqa: F811
+    """The ingest of LoCoMo 30's second session after its first, each its own document; no question asked."""
     bank = new_bank(tmp_path, embedder)
-    bank.ingest(sessions[0], "session 1", date="2023-05-08")
-    bank.ingest(sessions[1], "session 2", into=bank.session.store, date="2023-05-25")
-    return bank
+    first = bank.ingest(sessions[0], "session 1", date="2023-05-08")
+    return bank.ingest(sessions[1], "session 2", into=first.store, date="2023-05-25")
 
 
 @pytest.fixture
 def grown(grown_bank) -> MemoryStore:
-    return grown_bank.session.store
+    return grown_bank.store
 
 
 def test_a_reopened_database_answers_memory_context_without_embedding_a_line(grown, tmp_path, embedder):
@@ -80,7 +79,7 @@ def test_a_bank_saved_without_a_question_opens_with_every_line_embedded(grown_ba
     # an add to the reopened bank embeds the new document's lines, and only those, at its save
     new_bank(tmp_path, embedder).ingest(sessions[2], "session 3", into=reopened, date="2023-06-09")
     counted.texts.clear()
-    assert export_bank(reopened, path) == path
+    assert reopened.save(path) == path
     assert set(counted.texts) == lines_of(reopened) - lines_of(grown)
     counted.texts.clear()
     assert block(MemoryStore.load(path, counted)) == block(reopened) and set(counted.texts) == {QUESTION}
@@ -94,20 +93,20 @@ def stored_rows(path: Path) -> list[tuple[str, list[bytes], int]]:
 
 
 def test_a_save_after_an_add_writes_only_the_new_vectors(grown, tmp_path, embedder, sessions):  # noqa: F811
-    path = export_bank(grown, tmp_path / "bank.sqlite")
+    path = grown.save(tmp_path / "bank.sqlite")
     old = {line_key(text) for text in lines_of(grown)}
     (_, first, _), = stored_rows(path)
     assert set(first) == old and len(first) == len(old)
     store = MemoryStore.load(path, embedder)
     new_bank(tmp_path, embedder).ingest(sessions[2], "session 3", into=store, date="2023-06-09")
-    export_bank(store, path)
+    store.save(path)
     (_, kept, _), (model, written, size) = stored_rows(path)  # the first save's row untouched, one row added
     assert kept == first and model == f"{embedder.model_name}/{embedder.dim}" and size == len(written) * 4 * embedder.dim
     assert sorted(written) == sorted({line_key(text) for text in lines_of(store)} - old)  # the new lines, no old one
 
 
 def test_a_bank_of_another_model_is_embedded_again_never_mixed(grown, tmp_path, embedder):
-    path = export_bank(grown, tmp_path / "bank.sqlite")
+    path = grown.save(tmp_path / "bank.sqlite")
     lines = lines_of(grown)
     other = Counted(embedder, name="another-model")
     notices: list[str] = []
@@ -115,7 +114,7 @@ def test_a_bank_of_another_model_is_embedded_again_never_mixed(grown, tmp_path, 
     assert len(store.line_vectors) == 0 and "embedded again" in notices[0]
     block(store)
     assert lines <= set(other.texts)  # every line embedded again, under the other model's name
-    export_bank(store, path)
+    store.save(path)
     with sqlite3.connect(path) as connection:
         models = dict(connection.execute("SELECT model, SUM(length(keys)) / 16 FROM line_vectors GROUP BY model"))
     assert models == {f"{embedder.model_name}/{embedder.dim}": len(lines), f"another-model/{embedder.dim}": len(lines)}
@@ -141,7 +140,7 @@ def test_a_json_bank_carries_no_line_vectors_and_still_loads(grown, tmp_path, em
 
 
 def test_kill_9_mid_save_keeps_the_last_saved_vectors(grown, tmp_path, embedder, sessions):  # noqa: F811
-    path = export_bank(grown, tmp_path / "bank.sqlite")
+    path = grown.save(tmp_path / "bank.sqlite")
     saved = read_bank_db(path, embedder.dim, embedder.model_name)[0].line_vectors
     kill_mid_save(path, tmp_path, sessions[2], stall="_write_line_vectors")
     after = read_bank_db(path, embedder.dim, embedder.model_name)[0].line_vectors
@@ -154,8 +153,8 @@ def test_kill_9_mid_save_keeps_the_last_saved_vectors(grown, tmp_path, embedder,
 def test_embed_lines_embeds_each_line_once(grown, embedder):
     counted = Counted(embedder)
     grown.embedder = counted
-    assert embed_lines(grown) == len(lines_of(grown)) == len(counted.texts)
-    assert embed_lines(grown) == 0
+    assert grown.embed_lines() == len(lines_of(grown)) == len(counted.texts)
+    assert grown.embed_lines() == 0
 
 
 def test_a_database_saved_before_line_vectors_opens_and_gets_them_at_its_next_save(grown, tmp_path, embedder):
@@ -166,7 +165,7 @@ def test_a_database_saved_before_line_vectors_opens_and_gets_them_at_its_next_sa
     counted = Counted(embedder)
     store = MemoryStore.load(path, counted)
     assert len(store.line_vectors) == 0 and not store.line_vectors.complete
-    assert export_bank(store, path) == path  # nothing changed but the vectors: every line embedded, once
+    assert store.save(path) == path  # nothing changed but the vectors: every line embedded, once
     assert sorted(counted.texts) == sorted(lines_of(grown))
     counted.texts.clear()
     reopened = MemoryStore.load(path, counted)

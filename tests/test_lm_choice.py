@@ -146,11 +146,11 @@ def test_an_image_with_a_text_only_lm_is_kept_unrecognised_with_one_notice(confi
     notices = [e for e in events if e.phase == "notice" and not e.message.startswith("strategy:")]
     assert len(notices) == 1 and notices[0].lm_calls == 0  # said before any LM call
     assert result.notices == [notices[0].message] and "reads text only" in notices[0].message
-    entries = list(bank.session.store.tree.entries.values())
+    entries = list(result.store.tree.entries.values())
     kept = [e for e in entries if e.metadata.get("source") == "image"]
     assert len(kept) == 1 and kept[0].metadata["recognised"] is False and len(kept[0].attachments) == 1
     # the run went on without a recognition task, and the executor was never shown the image
-    assert not any(t.description.startswith("Recognise") for t in bank.session.store.insight_doc.completed_tasks)
+    assert not any(t.description.startswith("Recognise") for t in result.store.insight_doc.completed_tasks)
     assert not any("[image:" in c.inputs.get("images", "") for c in lm.calls_for(REACT))
     assert result.answer == "No colour known: the image was not recognised" and result.termination == "goal_met"
 

@@ -161,13 +161,13 @@ def test_eval_command_prints_categories_and_a_final_json_line(monkeypatch, conve
 def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, embedder, tmp_path):
     text = "\n".join(t.line() for t in conversation.turns[:60])
     bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"), embedder=embedder)
-    bank.ingest(text, "first sessions")
+    ingested = bank.ingest(text, "first sessions")
     doc = InsightDoc(task_goal="What did Jon lose his job as?")
-    evidence = MemoryAdapter(bank.session.store, view="evidence", budget=400).memory_text(doc)
+    evidence = MemoryAdapter(ingested.store, view="evidence", budget=400).memory_text(doc)
     assert 200 < estimate_tokens(evidence) <= 400
     headers = [line for line in evidence.split("\n") if line.startswith("Memory ")]
     prefixes = [h.split("(node ")[1].rstrip("):") for h in headers]  # unique id prefixes, as citations take them
-    assert headers and all(len([n for n in bank.session.store.graph.nodes_dict if n.startswith(p)]) == 1 for p in prefixes)
+    assert headers and all(len([n for n in ingested.store.graph.nodes_dict if n.startswith(p)]) == 1 for p in prefixes)
     # raw turns, each session's stamp shown once above its turns, relative dates followed by the absolute one
     undated = [re.sub(r" \((?:the week(?:end)? of )?(?:\d+ )?(?:[A-Z][a-z]+ )?\d{4}\)", "", line)
                for line in evidence.split("\n") if line and line not in headers]
@@ -176,14 +176,14 @@ def test_evidence_view_shows_raw_source_lines_within_the_budget(conversation, em
     assert all(line in text for line in undated if line not in stamps)
     assert sum(line.startswith("[") for line in undated) < len(undated) / 2
     assert "Lost my job as a banker" in evidence
-    summary = MemoryAdapter(bank.session.store).memory_text(doc)
+    summary = MemoryAdapter(ingested.store).memory_text(doc)
     assert summary.startswith("Memory 1 (node ") and "Summary: " in summary and estimate_tokens(summary) <= 1000
-    tight = MemoryAdapter(bank.session.store, budget=120).memory_text(doc)  # the summary view keeps the budget too
+    tight = MemoryAdapter(ingested.store, budget=120).memory_text(doc)  # the summary view keeps the budget too
     assert tight.startswith("Memory 1 (node ") and estimate_tokens(tight) <= 120
     assert short_ids(["abcdef123", "abcdef129", "ffff0000aa"]) == {"abcdef123": "abcdef123", "abcdef129": "abcdef129",
                                                                    "ffff0000aa": "ffff00"}  # six: the executor resolves six or more
     with pytest.raises(ValueError, match="unknown memory view"):
-        MemoryAdapter(bank.session.store, view="raw")
+        MemoryAdapter(ingested.store, view="raw")
 
 
 def test_a_folder_may_hold_the_authors_locomo10_list_beside_single_conversations(tmp_path):

@@ -43,9 +43,9 @@ def bank_for(tmp_path, threads, **config):
                      policy="lm", **config)
 
 
-def nodes(bank):
+def nodes(result):
     return [(n.summary, n.context, tuple(n.keywords), tuple(tuple(s.spans) for s in n.sources))
-            for n in bank.session.store.graph.nodes_dict.values()]
+            for n in result.store.graph.nodes_dict.values()]
 
 
 def test_parallel_and_sequential_banks_are_equal_node_for_node(tmp_path, embedder):
@@ -56,8 +56,8 @@ def test_parallel_and_sequential_banks_are_equal_node_for_node(tmp_path, embedde
     first = one.run("What did the harbour towns build?", context=context)
     many = MemoryBank(bank_for(tmp_path, 8, ingest_batch=2), lm=lm(delay=0.05, seen=seen), embedder=embedder)
     second = many.run("What did the harbour towns build?", context=context)
-    assert len(one.session.store.graph) == 12 and nodes(many) == nodes(one)
-    assert [e.text for e in many.session.store.tree.entries.values()] == [e.text for e in one.session.store.tree.entries.values()]
+    assert len(first.store.graph) == 12 and nodes(second) == nodes(first)
+    assert [e.text for e in second.store.tree.entries.values()] == [e.text for e in first.store.tree.entries.values()]
     # every call counted once, for the right agent (the executor's prompts hold random node ids, so only
     # the calls of agents that see no ids are compared token for token)
     assert {a: u["calls"] for a, u in second.usage.items()} == {a: u["calls"] for a, u in first.usage.items()}
@@ -71,7 +71,7 @@ def test_the_lm_call_cap_is_exact_under_threads(tmp_path, embedder):
     result = bank.run("What did the harbour towns build?", context="\n\n".join(PARAGRAPHS))
     assert result.termination == "lm_call_cap"
     assert len(scripted.calls) == 5 == sum(u["calls"] for u in result.usage.values())
-    bank.session.store.check()
+    result.store.check()
 
 
 def relating_lm():
@@ -99,8 +99,8 @@ def test_verdicts_made_ahead_of_time_are_made_again_when_an_earlier_one_changed_
     banks = {}
     for threads in (1, 8):
         bank = MemoryBank(bank_for(tmp_path, threads), lm=relating_lm(), embedder=embedder)
-        bank.run("What did the harbour towns build?", context=context)
-        by_id = {n.id: (n.summary, n.context) for n in bank.session.store.graph.nodes_dict.values()}
-        banks[threads] = (nodes(bank), sorted(tuple(sorted((by_id[a], by_id[b]))) for a, b in bank.session.store.graph.edges()))
+        result = bank.run("What did the harbour towns build?", context=context)
+        by_id = {n.id: (n.summary, n.context) for n in result.store.graph.nodes_dict.values()}
+        banks[threads] = (nodes(result), sorted(tuple(sorted((by_id[a], by_id[b]))) for a, b in result.store.graph.edges()))
     assert banks[8] == banks[1]
     assert any("(linked)" in context for _, context, *_ in banks[8][0]) and len(banks[8][1]) >= 10

@@ -41,14 +41,14 @@ def scripted(answer="July", **routes):
 
 def test_every_node_records_the_spans_it_was_built_from(config, embedder, tmp_path):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
-    bank.run("When is the festival?", context=DOCUMENT)
-    store = bank.session.store
+    result = bank.run("When is the festival?", context=DOCUMENT)
+    store = result.store
     assert len(store.graph) == 3
     for node in store.graph.nodes_dict.values():
         [source] = node.sources
         entry = store.tree.entries[source.entry_id]
         assert [entry.text[a:b] for a, b in source.spans] == [node.summary]  # short paragraphs kept verbatim
-    bank.export(tmp_path / "bank.json")
+    result.export(tmp_path / "bank.json")
     loaded = MemoryStore.load(tmp_path / "bank.json", embedder)
     loaded.check()  # spans inside their entries is one of the checked invariants
     assert all(n.sources for n in loaded.graph.nodes_dict.values())
@@ -57,8 +57,8 @@ def test_every_node_records_the_spans_it_was_built_from(config, embedder, tmp_pa
 
 def test_a_merged_node_holds_the_union_of_its_parents_sources(config, embedder):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
-    bank.run("When is the festival?", context=DOCUMENT)
-    store = bank.session.store
+    result = bank.run("When is the festival?", context=DOCUMENT)
+    store = result.store
     a, b = list(store.graph.nodes_dict)[:2]
     parents = {(s.entry_id, span) for n in (a, b) for s in store.graph.node(n).sources for span in s.spans}
     merged, _ = store.merge_nodes([a, b], store.graph.node(a).model_copy(), "test merge")
@@ -68,9 +68,9 @@ def test_a_merged_node_holds_the_union_of_its_parents_sources(config, embedder):
 
 def test_deep_retrieval_can_return_just_the_source_spans(config, embedder):
     bank = MemoryBank(config, lm=scripted(), embedder=embedder)
-    bank.run("When is the festival?", context=DOCUMENT)
-    node = next(n for n in bank.session.store.graph.nodes_dict.values() if "Calder" in n.summary)
-    out = json.loads(DeepRetrievalTool(bank.session.store, config.storage_dir)(node.id, sources_only=True))
+    store = bank.run("When is the festival?", context=DOCUMENT).store
+    node = next(n for n in store.graph.nodes_dict.values() if "Calder" in n.summary)
+    out = json.loads(DeepRetrievalTool(store, config.storage_dir)(node.id, sources_only=True))
     assert [s["text"] for s in out["sources"]] == [CITY]
     assert "entries" not in out
 
@@ -93,7 +93,7 @@ def test_the_final_answer_cites_memory_nodes_with_their_first_source(config, emb
     result = bank.run("Which river flows through Port Merrow?", context=DOCUMENT)
     assert result.answer == "The Calder"  # the marker is read, not shown
     [cited] = result.citations
-    assert cited["node_id"] in bank.session.store.graph and cited["source"] in DOCUMENT
+    assert cited["node_id"] in result.store.graph and cited["source"] in DOCUMENT
 
 
 def test_ingest_once_then_ask_twice_without_converting_the_text_again(config, embedder, tmp_path):
@@ -102,7 +102,7 @@ def test_ingest_once_then_ask_twice_without_converting_the_text_again(config, em
     ingested = bank.ingest(DOCUMENT, name="notes.md")
     assert ingested.nodes == 3 and lm.calls_for("classification") and not lm.calls_for("planning")
     path = tmp_path / "bank.json"
-    bank.export(path)
+    ingested.export(path)
     before = path.read_bytes()
     for question in ("When is the festival?", "Which river flows through Port Merrow?"):
         asked = scripted()

@@ -18,7 +18,6 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import TaskStatus
-from amb_dspy.task.session import TaskSession
 
 FESTIVAL = "The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year."
 CITY = "Port Merrow is a harbour city on the Gull Coast, and the river Calder flows through it into the bay."
@@ -163,10 +162,9 @@ def test_observe_without_waiting_is_memory_before_the_next_request(bank):
         session.observe("search", {"query": "q9"}, CITY, wait=False)
 
 
-def test_the_banks_run_is_a_session(bank):
+def test_the_banks_ingest_is_a_session_and_the_bank_keeps_none(bank):
     result = bank.ingest(FESTIVAL + "\n\n" + CITY)
-    assert isinstance(bank.session, TaskSession) and bank.session.memory.store is bank.session.store
-    assert result.nodes == len(bank.session.store.graph) and result.fallbacks == bank.session.state.fallbacks
+    assert result.nodes == len(result.store.graph) and not hasattr(bank, "session")
     for part in ("store", "memory", "memory_adapter", "tool_cache", "meter", "_run"):  # the bank holds no task
         assert part not in vars(bank) and not hasattr(type(bank), part)
 

@@ -85,7 +85,7 @@ def test_a_tiny_lm_answers_in_one_call_after_searching_what_memory_lacks(config,
     kinds = [hop["kind"] for hop in result.hops]
     assert kinds[0] == "NORMAL" and kinds[-1] == "ANSWER" and result.hops[-1]["lm_calls"] == 1
     assert result.hops[0]["tool_calls"][0] == {"name": "search", "args": {"query": RIVER_GOAL}, "cached": False}
-    store = bank.session.store
+    store = result.store
     assert any("Calder" in " ".join(text for *_, text in store.source_texts(cited["node_id"])) for cited in result.citations)
     assert "Calder" in lm.calls[0].inputs["memory"]  # the search result became memory before the answer
     assert not any(cited["source"].startswith("Search for") for cited in result.citations)  # the results, not the query
@@ -116,7 +116,7 @@ def test_a_tiny_lms_answer_that_recombines_or_leaves_out_lines_gives_way_to_the_
     assert "river Calder flows" in result.answer and "second Saturday of July" in result.answer
     assert "Port Merrow Port Merrow" not in result.answer  # a title that the line repeats is quoted once
     assert any(why in error and "was not accepted" in error for error in result.errors)
-    cited = " ".join(text for c in result.citations for *_, text in bank.session.store.source_texts(c["node_id"]))
+    cited = " ".join(text for c in result.citations for *_, text in result.store.source_texts(c["node_id"]))
     assert "river Calder" in cited and "second Saturday of July" in cited  # each quoted line cites its node
 
 

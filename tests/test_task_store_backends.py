@@ -75,8 +75,7 @@ def test_a_task_started_on_a_bank_in_the_database_goes_on_after_a_restart(tmp_pa
 @pytest.fixture
 def grown_in_database(bank, database_url) -> DatabaseBank:
     where = DatabaseBank(database_url, "notes")
-    bank.ingest(" ".join(RESULTS), "notes")
-    bank.session.store.export(where)
+    bank.ingest(" ".join(RESULTS), "notes").store.save(where)
     return where
 
 

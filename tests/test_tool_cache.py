@@ -82,9 +82,9 @@ def test_a_repeated_search_and_visit_are_answered_from_memory(tmp_path, corpus, 
     second_task = [c for c in lm.calls_for(REACT) if "1. Check the festival date again" in c.messages[-1]["content"]]
     observations = second_task[-1].messages[-1]["content"]
     assert observations.count("(Repeat: ") == 2 and "memory node(s)" in observations
-    executor_entries = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "executor"]
+    executor_entries = [e for e in result.store.tree.entries.values() if e.metadata.get("source") == "executor"]
     assert len(executor_entries) == 1  # the repeats were not converted again
-    counts = hop_summary([h for h in bank.session.store.hops])
+    counts = hop_summary([h for h in result.store.hops])
     assert counts == {"searches": 2, "unique_searches": 1, "repeats_avoided": 2, "visits": 2, "hops": 3}
     assert [[c["cached"] for c in hop["tool_calls"]] for hop in result.hops[:2]] == [[False, False], [True, True]]
     assert all(hop["lm_calls"] > 0 for hop in result.hops)
@@ -96,7 +96,7 @@ def test_the_cache_can_be_turned_off(tmp_path, corpus, embedder, monkeypatch):
     monkeypatch.setenv("AMB_TOOL_CACHE", "0")
     config = AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t", max_loops=3, policy="lm")
     bank, search, result = run(config, corpus, embedder, repeating_lm([STEPS, STEPS]))
-    assert len(search.queries) == 2 and hop_summary(bank.session.store.hops)["repeats_avoided"] == 0
+    assert len(search.queries) == 2 and hop_summary(result.store.hops)["repeats_avoided"] == 0
 
 
 def test_failed_calls_are_not_cached(tmp_path, corpus, embedder):
@@ -112,7 +112,7 @@ def test_hops_are_stored_in_the_bank_file(tmp_path, corpus, embedder):
 
     config = AmbConfig(storage_dir=tmp_path / "s", temp_dir=tmp_path / "t", max_loops=3, policy="lm")
     bank, _, result = run(config, corpus, embedder, repeating_lm([STEPS, STEPS]))
-    bank.export(tmp_path / "bank.json")
+    result.export(tmp_path / "bank.json")
     loaded = MemoryStore.load(tmp_path / "bank.json", embedder)
     assert [h.model_dump(mode="json") for h in loaded.hops] == result.hops
 

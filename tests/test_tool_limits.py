@@ -130,8 +130,8 @@ def test_the_bank_records_the_whole_response_the_lm_saw_cut(tmp_path: Path, embe
            EXTRACT: [{"reasoning": "r", "answer": "The Calder"}] * 2},
     )
     bank = MemoryBank(config, lm=lm, embedder=embedder)
-    bank.run("Which river flows through Port Merrow?")
+    store = bank.run("Which river flows through Port Merrow?").store
     shown = lm.calls_for(REACT)[1].prompt_text
     assert "observation cut at 200 of" in shown and "kept in memory" in shown
-    [entry] = [e for e in bank.session.store.tree.entries.values() if e.metadata.get("source") == "executor"]
+    [entry] = [e for e in store.tree.entries.values() if e.metadata.get("source") == "executor"]
     assert CITY in entry.text and FESTIVAL in entry.text and "observation cut" not in entry.text

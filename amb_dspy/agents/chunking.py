@@ -22,46 +22,12 @@ Token counts come from a ``TokenCounter`` (any ``str -> int``):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amb_dspy.text import BLANK_LINE, split_paragraphs, split_sentences
+from amb_dspy.text import BLANK_LINE, estimate_tokens, split_paragraphs, split_sentences
 
 TokenCounter = Callable[[str], int]
-
-# One match per thing a BPE tokenizer gives at least one token: a word (split at case changes), a run of
-# digits, a run of newlines, a non-ASCII character, a punctuation mark. Plain spaces ride along with words.
-_PIECES = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+|\n+|[^\x00-\x7f]|[^\sA-Za-z0-9]")
-_NON_ASCII_COST = 2  # a CJK character or accented letter is 1-3 byte-level BPE tokens
-
-
-def estimate_tokens(text: str) -> int:
-    """A fast, deliberately high estimate of a text's token count (the fallback ``TokenCounter``).
-
-    Words of up to four letters count 1; longer ones one per 3.5 letters, or per 3 when capitalised
-    (names are rarer in a vocabulary than common words); digits count 1 each plus 1 per run (the space
-    before a number is its own token); punctuation and newline runs count 1; non-ASCII characters 2.
-    """
-    total = 0
-    for piece in _PIECES.findall(text):
-        first = piece[0]
-        if first.isdigit() and first.isascii():
-            total += len(piece) + 1
-        elif first.isascii() and first.isalpha():
-            size = len(piece)
-            if size <= 4:
-                total += 1
-            elif first.isupper() and not piece.isupper():
-                total += (size + 2) // 3
-            else:
-                total += (2 * size + 6) // 7
-        elif first.isascii():
-            total += 1
-        else:
-            total += _NON_ASCII_COST
-    return total
-
 
 def token_counter_for(lm: Any) -> TokenCounter:
     """The counter for ``lm``: its own ``count_tokens`` (or its engine's) when it has one, else the estimate."""

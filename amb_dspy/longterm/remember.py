@@ -134,6 +134,26 @@ def _succeeded(answer: str, completed_tasks: Sequence[Mapping[str, Any]]) -> boo
     return bool(answer.strip()) and all(str(t.get("status", "success")).lower() == "success" for t in completed_tasks)
 
 
+def _subtask_fact(task: Mapping[str, Any], goal: str, clean: Callable[[str], str]) -> tuple[str, ItemMetadata] | None:
+    """The fact a successful subtask found, in words that stand alone, with its metadata; None when it found none."""
+    context = clean(str(task.get("context") or "").strip())
+    if not context or str(task.get("status", "success")).lower() != "success":
+        return None
+    description = clean(str(task.get("description") or ""))
+    fact = fit_content(self_contained(description if description.endswith("?") else goal, context))
+    return fact, ItemMetadata(extra={"subtask": description})
+
+
+def _trajectory(goal: str, status: str, completed_tasks: Sequence[Mapping[str, Any]],
+                hops: Sequence[Mapping[str, Any] | str], clean: Callable[[str], str]) -> str:
+    """A finished task's trajectory as one text: goal, outcome, its subtasks and its tool calls, a line each."""
+    lines = [f"Task: {goal}", f"Outcome: {status}"]
+    lines += [f"subtask {i}. [{t.get('status', 'success')}] {clean(str(t.get('description') or ''))}"
+              for i, t in enumerate(completed_tasks, 1)]
+    lines += [clean(_hop_line(i, hop)) for i, hop in enumerate(hops, 1)]
+    return fit_content("\n".join(lines))
+
+
 def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: str, answer: str,
                   citations: Iterable[str | Mapping[str, Any]] = (),
                   completed_tasks: Sequence[Mapping[str, Any]] = (),
@@ -165,22 +185,15 @@ def remember_task(store: LongTermStore, *, namespace: str, task_id: str, goal: s
                                     metadata=metadata, task_id=task_id, reason="conclusion of a finished task",
                                     merge=merge))
     for task in completed_tasks if "fact" in wanted else ():
-        context = clean(str(task.get("context") or "").strip())
-        if context and str(task.get("status", "success")).lower() == "success":
-            description = clean(str(task.get("description") or ""))
-            metadata = ItemMetadata(extra={"subtask": description})
-            fact = fit_content(self_contained(description if description.endswith("?") else goal, context))
-            outcomes.append(store.write(namespace, fact, "fact", metadata=metadata, task_id=task_id,
+        fact = _subtask_fact(task, goal, clean)
+        if fact is not None:
+            outcomes.append(store.write(namespace, fact[0], "fact", metadata=fact[1], task_id=task_id,
                                         reason="finding of a completed subtask", merge=merge))
     if (completed_tasks or hops) and "trajectory" in wanted:
         status = "success" if _succeeded(answer, completed_tasks) else "failure"
-        lines = [f"Task: {goal}", f"Outcome: {status}"]
-        lines += [f"subtask {i}. [{t.get('status', 'success')}] {clean(str(t.get('description') or ''))}"
-                  for i, t in enumerate(completed_tasks, 1)]
-        lines += [clean(_hop_line(i, hop)) for i, hop in enumerate(hops, 1)]
         metadata = ItemMetadata(extra={"status": status})
-        outcomes.append(store.write(namespace, fit_content("\n".join(lines)), "trajectory", metadata=metadata, task_id=task_id,
-                                    reason=f"trajectory of a finished task ({status})"))
+        outcomes.append(store.write(namespace, _trajectory(goal, status, completed_tasks, hops, clean), "trajectory",
+                                    metadata=metadata, task_id=task_id, reason=f"trajectory of a finished task ({status})"))
     for effect in tool_effects(hops) if "tool_effect" in wanted else ():
         outcomes.append(store.write(namespace, clean(effect), "tool_effect", task_id=task_id,
                                     reason="a tool call of a finished task"))

@@ -4,7 +4,8 @@
 module                      what it holds
 ==========================  ============================================================================
 ``graph_ops``               :class:`MemoryStore`: the only place that mutates the graph, the tree and the
-                            indexes, together (transactions), and exports them
+                            indexes, together (transactions); it saves and opens them (``bank_io``:
+                            ``save``, the save every door uses, and ``export``)
 ``writer``                  :class:`MemoryWriter`: memory conversion (classify -> structure -> analyse),
                             merges after cross-validation, documents added to a bank
 ``written``                 what the writer takes and returns as plain values (``ToolResponse``,

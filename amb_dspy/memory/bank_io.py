@@ -6,6 +6,7 @@ and change no store but by its save point."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Self
 
 import numpy as np
@@ -16,19 +17,42 @@ from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_paylo
 from amb_dspy.storage.bank_place import bank_at
 from amb_dspy.storage.bank_rows import BankParts
 from amb_dspy.storage.insight_doc import InsightDoc
+from amb_dspy.storage.source_lines import LINE_TOKENS, node_lines
+from amb_dspy.text import estimate_tokens
 
 
 class StoreFiles:
     """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
 
+    def save(self, path):
+        """Save the bank, the way every door saves one (``result.export``, ``session.export``, ``amb ingest``):
+        :meth:`export`, a bank database getting the vectors of the lines it writes first (:meth:`embed_lines`), so
+        that it opens with every line's vector; a JSON file carries none (:mod:`amb_dspy.storage.bank_file`).
+        Returns the path written (another one when the file there holds a larger bank)."""
+        if bank_at(path).grows:
+            self.embed_lines()
+        return self.export(path)
+
+    def embed_lines(self, count: Callable[[str], int] = estimate_tokens, line_tokens: int = LINE_TOKENS) -> int:
+        """Give ``line_vectors`` the lines (as the evidence view lays them out: :func:`~amb_dspy.storage.source_lines.node_lines`)
+        of the nodes the next save writes, or of every node when they do not hold every saved node's lines yet;
+        returns how many lines were embedded."""
+        table, nodes = self.line_vectors, self.graph.nodes_dict
+        wanted = [node for node in nodes.values() if node.id in self.unsaved_nodes] if table.complete else list(nodes.values())
+        embedded = table.fill([text[start:end] for node in wanted
+                               for _, text, start, end, _ in node_lines(self.tree.entries, node, count, line_tokens)],
+                              self.embedder.embed)
+        table.embedded.update(node.id for node in wanted)
+        table.complete = True
+        return embedded
+
     def export(self, path, also=None):
-        """Save the bank; returns where it was written (another path or bank name when the one there holds a larger
-        bank, with a notice). ``path``: a file, or a :class:`~amb_dspy.storage.bank_pg.DatabaseBank` (a bank database
-        too). A path ending ``.sqlite`` or ``.db`` (or an existing bank database) is the bank that grows
-        (:mod:`amb_dspy.storage.bank_db`): saving again to the database this store last saved to or was loaded
-        from writes only what changed since, the new line vectors included (the evidence view's,
-        ``line_vectors``; :func:`amb_dspy.memory.view.embed_lines` embeds the lines of the nodes a save writes).
-        Any other path gets the whole bank as one JSON file
+        """Write the bank as it is (:meth:`save` is the save that embeds its lines first); returns where it was written
+        (another path or bank name when the one there holds a larger bank, with a notice). ``path``: a file, or a
+        :class:`~amb_dspy.storage.bank_pg.DatabaseBank` (a bank database too). A path ending ``.sqlite`` or ``.db``
+        (or an existing bank database) is the bank that grows (:mod:`amb_dspy.storage.bank_db`): saving again to the
+        database this store last saved to or was loaded from writes only what changed since, the new line vectors
+        included (the evidence view's, ``line_vectors``). Any other path gets the whole bank as one JSON file
         (:mod:`amb_dspy.storage.bank_file`), the interchange format. ``also(connection)``: more statements in a bank
         database save's transaction (:func:`~amb_dspy.storage.bank_db.write_bank_db`)."""
         place = bank_at(path)

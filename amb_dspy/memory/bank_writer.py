@@ -31,7 +31,6 @@ from typing import TypeVar
 
 from amb_dspy.errors import InputError
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.storage.bank_place import bank_at
 from amb_dspy.storage.insight_doc import InsightDoc
@@ -74,7 +73,7 @@ class BankWriter:
             try:
                 outcome = convert(store)
                 if store.has_unsaved() and len(store.tree):
-                    export_bank(store, self.path)
+                    store.save(self.path)
             except BaseException:
                 self._stale = self._stale or store.has_unsaved()  # it holds what the bank does not: read it again
                 raise
@@ -99,7 +98,7 @@ class BankWriter:
         if self.path is None or self.database:
             return None
         try:
-            return export_bank(self.store, self.path) if self.store.revision != self._revision else None
+            return self.store.save(self.path) if self.store.revision != self._revision else None
         finally:
             self._release_json()
 

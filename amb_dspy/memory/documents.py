@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from amb_dspy.errors import InputError, UserError, one_line
 from amb_dspy.memory.dates import parse_date, stamp_of
@@ -63,6 +64,7 @@ class AddResult:
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
     written: list[Path] = field(default_factory=list)  # the bank files written (a database: at each commit)
+    store: Any = field(default=None, repr=False, compare=False)  # the MemoryStore added to (its memory now)
 
     @property
     def changed(self) -> bool:

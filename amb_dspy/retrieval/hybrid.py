@@ -189,17 +189,29 @@ class HybridIndex:
         if n == 0 or k <= 0:
             return []
         query_vector = self._vector(query_vector)
+        bm25n, bm25n_live = self._bm25_normalised(query_text)
+        excluded = {self._key_of[d] for d in exclude if d in self._key_of}
+        wanted = min(k, n - len(excluded))
+        if wanted <= 0:
+            return []
+        scored = self._top_keys(query_vector, bm25n, bm25n_live, excluded, k, alpha, wanted)
+        return [(self._id_of[c], score) for score, c in scored]
+
+    def _bm25_normalised(self, query_text: str | Iterable[str]) -> tuple[np.ndarray, np.ndarray]:
+        """Every key slot's BM25 for the query over the best document's, and the same with the empty slots at
+        minus infinity (they never rank)."""
         words = query_text if isinstance(query_text, str) else " ".join(query_text)
         alive = self._alive[: self._next_key]
         bm25 = self.keyword.scores(terms(words))[: self._next_key]
         top_bm25 = float(bm25[alive].max())
         bm25n = bm25 / top_bm25 if top_bm25 > 0 else np.zeros_like(bm25)
-        bm25n_live = np.where(alive, bm25n, -np.inf)  # empty key slots never rank
-        excluded = {self._key_of[d] for d in exclude if d in self._key_of}
-        wanted = min(k, n - len(excluded))
-        if wanted <= 0:
-            return []
+        return bm25n, np.where(alive, bm25n, -np.inf)
 
+    def _top_keys(self, query_vector: np.ndarray, bm25n: np.ndarray, bm25n_live: np.ndarray, excluded: set[int],
+                  k: int, alpha: float, wanted: int) -> list[tuple[float, int]]:
+        """The ``wanted`` best keys not ``excluded`` as ``(score, key)``, best first: scored among a pool of the best
+        by cosine and by BM25, the pool widened until no document outside it can beat the last one kept."""
+        n = len(self._key_of)
         excluded_keys = np.fromiter(excluded, dtype=np.int64, count=len(excluded))
         # A FAISS search scans every vector whatever the number of results, and keeping 4x more
         # results costs a fixed ~0.3 ms. On a large index it is cheaper to fetch enough for a
@@ -214,24 +226,27 @@ class HybridIndex:
             cos_keys, cos_vals = fetched_keys[:pool], fetched_vals[:pool]
             by_bm25 = np.argpartition(-bm25n_live, pool - 1)[:pool]
             candidates = np.union1d(cos_keys, by_bm25)
-            covered = len(candidates)
-            cos = self.vector.inner(candidates, query_vector).astype(np.float64)
-            scores = alpha * bm25n[candidates] + (1 - alpha) * cos
-            if len(excluded_keys):
-                allowed = ~np.isin(candidates, excluded_keys)
-                candidates, scores = candidates[allowed], scores[allowed]
-            best = np.lexsort((candidates, -scores))[:wanted]  # by score, ties by key
-            scored = list(zip(scores[best].tolist(), candidates[best].tolist()))
-            if pool >= n or covered >= n:
-                break
+            scored = self._best_of(candidates, query_vector, bm25n, excluded_keys, alpha, wanted)
+            if pool >= n or len(candidates) >= n:
+                return scored
             # No document outside the candidates has a BM25 above the pool's lowest or a cosine
             # above the pool's lowest (widened by the half-precision scan's error).
             cos_bound = float(cos_vals.min()) + self.vector.search_error(query_vector)
             bound = alpha * float(bm25n[by_bm25].min()) + (1 - alpha) * cos_bound
             if len(scored) == wanted and scored[-1][0] >= bound:
-                break
+                return scored
             pool *= 4
-        return [(self._id_of[c], score) for score, c in scored]
+
+    def _best_of(self, candidates: np.ndarray, query_vector: np.ndarray, bm25n: np.ndarray, excluded_keys: np.ndarray,
+                 alpha: float, wanted: int) -> list[tuple[float, int]]:
+        """The ``wanted`` best ``candidates`` (keys) not excluded, by hybrid score, ties by key, as ``(score, key)``."""
+        cos = self.vector.inner(candidates, query_vector).astype(np.float64)
+        scores = alpha * bm25n[candidates] + (1 - alpha) * cos
+        if len(excluded_keys):
+            allowed = ~np.isin(candidates, excluded_keys)
+            candidates, scores = candidates[allowed], scores[allowed]
+        best = np.lexsort((candidates, -scores))[:wanted]  # by score, ties by key
+        return list(zip(scores[best].tolist(), candidates[best].tolist()))
 
 
 def retrieve(

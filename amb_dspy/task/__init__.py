@@ -13,7 +13,11 @@ module                    what it holds
 ``checkpoint``            the checkpoint file of a task
 ``journal``               the tool journal: every tool response, as it returns, for resume
 ``images``                the task's images, from the user's files to stored attachments
-``state``                 the run state, its results and the input a run accepts
+``state``                 the run state, its progress events and the input a run accepts
+``result``                what a task hands back (:class:`RunResult`, :class:`IngestResult`), holding its store
+                          to save (``result.export``); :class:`RunInterrupted`
+``ingest``                :class:`DocumentIngest`: the one owner of ingesting documents into a bank, their usage
+                          summed
 ``worker``                one request at a time per task, on the task's own thread
 ``inputs``                what a session accepts from outside, checked at the door
 ``tools``                 the one table of memory tools every door (MCP, dspy, PydanticAI, LangGraph) wraps

@@ -42,6 +42,16 @@ def checked_text(what: str, text: Any, limit: int, *, empty_ok: bool = False) ->
     return text
 
 
+def checked_context(context: str, max_bytes: int) -> str:
+    """A task's context or a document to ingest (empty when None), or InputError when it is over ``max_bytes``."""
+    context = context or ""
+    size = len(context.encode("utf-8"))
+    if size > max_bytes:
+        raise InputError(f"the context is {size / 1e6:.1f} MB, over the {max_bytes / 1e6:.1f} MB limit "
+                         "(AMB_MAX_CONTEXT_BYTES)")
+    return context
+
+
 def start_store(embedder, bank: str | Path | MemoryStore | None, doc: InsightDoc) -> tuple[MemoryStore, list[str]]:
     """A new task's store, empty or a copy of a bank's graph and tree (BankFileError if the file is bad),
     and notices about the loading (a bank embedded with another model is embedded again)."""

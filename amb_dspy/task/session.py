@@ -23,7 +23,7 @@ with its other sessions, so one bank runs many tasks at once. Public methods run
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,7 +34,6 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.errors import InputError, one_line
 from amb_dspy.lm import AgentLMs, UsageMeter
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view import export_bank
 from amb_dspy.storage import InsightDoc, TaskKind, TaskStatus
 from amb_dspy.task import checkpoint
 from amb_dspy.task.adapter import PromptBlocks
@@ -129,18 +128,27 @@ class TaskSession:
     # --- starting, saving and loading ------------------------------------------------------------
     @classmethod
     def start(cls, goal: str, *, bank: str | Path | MemoryStore | None = None, namespace: str | None = None,
-              **shared: Any) -> TaskSession:
-        """A session for ``goal``, empty or on a copy of ``bank`` (a file or a store; never changed),
-        with what long-term memory recalls for the goal in ``<memory>``. ``shared``: the keyword
-        arguments of the constructor but the store (config, agents, embedder, lms...)."""
+              attach: Sequence[str | Path] = (), notice: str = "", **shared: Any) -> TaskSession:
+        """The one door to a new task (``MemoryBank.run``, the MCP server and the integrations all come in here):
+        a session for ``goal``, empty or on a copy of ``bank`` (a file or a store; never changed), with what
+        long-term memory recalls for the goal in ``<memory>``. ``attach``: image files staged for the task by
+        the ``images`` stager, every one checked before the session exists; ``notice``: a line reported before
+        the loading's and the recall's (the strategy the task's LM takes). ``shared``: the keyword arguments of
+        the constructor but the store (config, agents, embedder, lms...)."""
         config = shared["config"]
         goal = " ".join(checked_text("the goal", goal, config.limits.max_context_bytes).split())
         if namespace is not None:
             checked_text("the namespace", namespace, MAX_NAME_CHARS)
         store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
+        if attach:
+            shared["images"].stage_images(store.insight_doc.doc_id, [Path(p) for p in attach])
         session = cls(store, namespace=namespace, **shared)
-        session.state.notices.extend(notices)
-        session.memory.recall(goal)
+        if notice:
+            session.emit("notice", notice)
+        for line in notices:
+            session.notify(line)
+        for line in session.memory.recall(goal):
+            session.emit("notice", line)
         if len(store.graph):  # a bank's lines laid out on the task's thread while its agent thinks, not on its first request
             session.submit(session.memory.adapter.view.warm)
         return session
@@ -359,7 +367,7 @@ class TaskSession:
     def export(self, path: str | Path | None = None) -> Path:
         """Write the task's bank file (default ``STORAGE_DIR/sessions/<task id>.json``); returns its path."""
         path = Path(path) if path else self.config.paths.storage_dir / "sessions" / f"{self.task_id}.json"
-        return export_bank(self.store, path)  # another name when a larger bank is there (storage.bank_file)
+        return self.store.save(path)  # another name when a larger bank is there (storage.bank_file)
 
     @serial
     def close(self, remember: bool | None = None) -> dict[str, Any]:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel
 
 from amb_dspy.errors import InputError
 from amb_dspy.memory.written import Conflict
@@ -28,34 +25,6 @@ class ProgressEvent:
     fallbacks: dict[str, int] = field(default_factory=dict)  # per agent, deterministic policies used so far
     done: int = 0  # an add of documents: how many are done (committed, added or unchanged) ...
     total: int = 0  # ... of how many expected (0: not an add's count)
-
-
-class RunResult(BaseModel):
-    answer: str
-    termination: str
-    loops: int
-    insight_doc: dict[str, Any]
-    query_graph: dict[str, Any]
-    interaction_tree: dict[str, Any]
-    usage: dict[str, dict[str, int]]
-    errors: list[str]
-    notices: list[str] = []
-    hops: list[dict[str, Any]] = []  # each executed subtask (amb_dspy.storage.hops.Hop)
-    fallbacks: dict[str, int] = {}  # how often each agent's deterministic policy stood in for its LM
-    citations: list[dict[str, str]] = []  # {node_id, topic, source: the first raw passage the node came from}
-    extractive: bool = False  # the answer quotes memory's best evidence line: no LM answered (amb_dspy.task.answering)
-    seconds: float
-
-
-class IngestResult(BaseModel):
-    nodes: int
-    edges: int
-    usage: dict[str, dict[str, int]]
-    fallbacks: dict[str, int]
-    errors: list[str]
-    seconds: float
-    added: bool = True  # False: the store held the same text already, nothing was added
-    replaced: bool = False  # a newer version of a document of the same name: the old one's nodes are superseded
 
 
 @dataclass

@@ -215,20 +215,8 @@ def build_parts(path: Path, embedder: Embedder, *, cache_dir: str | Path | None,
     """The documents, passages and passage vectors of the corpus at ``path``, through the cache when given."""
     model_id = getattr(embedder, "model_id", "")
     cache = CorpusCache(cache_dir, path.resolve(), model_id, embedder.dim, passage_words) if cache_dir and model_id else None
-    old, old_vectors = None, np.zeros((0, embedder.dim), dtype=np.float32)
-    if cache is not None:
-        try:
-            old, old_vectors = cache.read() or (None, old_vectors)
-        except CacheUnusable as exc:
-            notify(f"the corpus cache in {cache.dir} is unusable ({exc}); rebuilding it")
-    previous = {}  # file -> (its entry, its first document, its first passage) in the old data
-    if old is not None:
-        first_doc = first_passage = 0
-        for entry in old.files:
-            previous[entry.path] = (entry, first_doc, first_passage)
-            first_doc += entry.documents
-            while first_passage < len(old.passages) and old.passages[first_passage][0] < first_doc:
-                first_passage += 1
+    old, old_vectors = _cached(cache, embedder, notify)
+    previous = _old_places(old)
     known: dict[str, int] | None = None  # old passages by indexed text, built once something changed
 
     parts = _Parts()
@@ -242,13 +230,7 @@ def build_parts(path: Path, embedder: Embedder, *, cache_dir: str | Path | None,
             continue
         if known is None:
             known = {text: row for row, text in enumerate(passage_texts(old.documents, old.passages))} if old else {}
-        if path.is_dir():
-            document, skipped = read_document(name, file)
-            documents = [document] if document else []
-            if skipped:
-                notify(skipped)
-        else:
-            documents, skipped = load_jsonl(file), ""
+        documents, skipped = _read_file(path, name, file, notify)
         parts.files.append(CachedFile(path=name, size=stat.st_size, mtime_ns=stat.st_mtime_ns,
                                       documents=len(documents), skipped=skipped))
         parts.add_new(documents, passage_words, known)
@@ -256,14 +238,52 @@ def build_parts(path: Path, embedder: Embedder, *, cache_dir: str | Path | None,
         raise CorpusError(f"no .txt, .md or .html documents under {path}")
 
     vectors = _vectors(parts, old_vectors, embedder, progress)
-    unchanged = old is not None and parts.files == old.files
-    if cache is not None and not unchanged:
-        try:
-            cache.write(CacheData(files=parts.files, documents=parts.documents, passages=parts.passages), vectors)
-        except OSError as exc:
-            notify(f"cannot write the corpus cache in {cache.dir} ({exc.strerror or type(exc).__name__}); "
-                   "the next load will embed the corpus again")
+    if cache is not None and not (old is not None and parts.files == old.files):
+        _write_cache(cache, parts, vectors, notify)
     return parts.documents, parts.passages, vectors
+
+
+def _cached(cache: CorpusCache | None, embedder: Embedder, notify: Notify) -> tuple[CacheData | None, np.ndarray]:
+    """The cache's data and vectors (None and no vectors without a cache, or with one that is unusable, said)."""
+    old, old_vectors = None, np.zeros((0, embedder.dim), dtype=np.float32)
+    if cache is not None:
+        try:
+            old, old_vectors = cache.read() or (None, old_vectors)
+        except CacheUnusable as exc:
+            notify(f"the corpus cache in {cache.dir} is unusable ({exc}); rebuilding it")
+    return old, old_vectors
+
+
+def _old_places(old: CacheData | None) -> dict[str, tuple[CachedFile, int, int]]:
+    """Each cached file's entry, its first document and its first passage in the old data."""
+    previous = {}
+    if old is not None:
+        first_doc = first_passage = 0
+        for entry in old.files:
+            previous[entry.path] = (entry, first_doc, first_passage)
+            first_doc += entry.documents
+            while first_passage < len(old.passages) and old.passages[first_passage][0] < first_doc:
+                first_passage += 1
+    return previous
+
+
+def _read_file(path: Path, name: str, file: Path, notify: Notify) -> tuple[list[Document], str]:
+    """A changed or new file's documents (a folder's file is one document, a JSONL file its passages) and the line
+    saying why it was skipped ("" when it was not)."""
+    if not path.is_dir():
+        return load_jsonl(file), ""
+    document, skipped = read_document(name, file)
+    if skipped:
+        notify(skipped)
+    return ([document] if document else []), skipped
+
+
+def _write_cache(cache: CorpusCache, parts: _Parts, vectors: np.ndarray, notify: Notify) -> None:
+    try:
+        cache.write(CacheData(files=parts.files, documents=parts.documents, passages=parts.passages), vectors)
+    except OSError as exc:
+        notify(f"cannot write the corpus cache in {cache.dir} ({exc.strerror or type(exc).__name__}); "
+               "the next load will embed the corpus again")
 
 
 def _vectors(parts: _Parts, old_vectors: np.ndarray, embedder: Embedder, progress: bool | None) -> np.ndarray:

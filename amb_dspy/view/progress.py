@@ -102,3 +102,29 @@ class _Clock:
         seconds = (time.monotonic() - self.began) / done * (total - done)
         return f", about {max(1, round(seconds))} s left" if seconds < 90 else \
             f", about {seconds / 60:.0f} min left" if seconds < 5400 else f", about {seconds / 3600:.1f} h left"
+
+
+def run_summary(console, result) -> None:
+    """A run's last lines on stderr (before ``amb run`` prints the answer alone on stdout): usage per agent, how it
+    ended, its tools, notes, citations, and whether the answer is quoted from memory (extractive)."""
+    from amb_dspy.storage import Hop, hop_summary
+
+    for agent in sorted({*result.usage, *result.fallbacks}):
+        usage = result.usage.get(agent, {"calls": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        console.print(f"  {agent:<15} calls {usage['calls']:>4}  prompt {usage['prompt_tokens']:>7}  "
+                      f"completion {usage['completion_tokens']:>6}  fallbacks {result.fallbacks.get(agent, 0):>3}")
+    console.print(f"termination: {result.termination}; loops {result.loops}; "
+                  f"nodes {len(result.query_graph['nodes'])}; {result.seconds:.1f} s")
+    tools = hop_summary([Hop.model_validate(hop) for hop in result.hops])
+    console.print(f"tools: searches {tools['searches']} (unique {tools['unique_searches']}), "
+                  f"repeats avoided {tools['repeats_avoided']}, visits {tools['visits']}, hops {tools['hops']}")
+    for error in result.errors:
+        console.print(f"[dim]note: {error}[/]")
+    for notice in result.notices:
+        if notice.startswith("not remembered"):
+            console.print(f"[yellow]{notice}[/]", highlight=False)
+    for cited in result.citations:
+        console.print(f"cited {cited['node_id'][:8]}: {cited['topic']} -- \"{cited['source']}\"", highlight=False)
+    if result.extractive:  # exit 0, but scripts can tell: no LM answered, memory's best line is quoted
+        console.print("answer: extractive (quoted from memory: no LM answer was given or accepted; see the notes)",
+                      highlight=False)

@@ -69,7 +69,7 @@ still fit) and say which nodes and spans they showed, for provenance-based recal
 from __future__ import annotations
 
 from amb_dspy.config.sections import RankWeights
-from amb_dspy.memory.view.line_index import LineIndex, embed_lines, export_bank
+from amb_dspy.memory.view.line_index import LineIndex
 from amb_dspy.memory.view.lines import LINE_TOKENS, Evidence, day_stamp, heading_of, is_heading, label_of, speaker_of
 from amb_dspy.memory.view.query import Block, Query
 from amb_dspy.memory.view.ranking import CANDIDATES, Ranking
@@ -77,5 +77,5 @@ from amb_dspy.memory.view.showing import SHORT_ID, LineShow, format_node, short_
 from amb_dspy.memory.view.views import VIEWS, EvidenceView, MemoryView, SummaryView, ViewName, view_for
 
 __all__ = ["CANDIDATES", "LINE_TOKENS", "SHORT_ID", "VIEWS", "Block", "Evidence", "EvidenceView", "LineIndex", "LineShow",
-           "MemoryView", "Query", "RankWeights", "Ranking", "SummaryView", "ViewName", "day_stamp", "embed_lines",
-           "export_bank", "format_node", "heading_of", "is_heading", "label_of", "short_ids", "speaker_of", "view_for"]
+           "MemoryView", "Query", "RankWeights", "Ranking", "SummaryView", "ViewName", "day_stamp",
+           "format_node", "heading_of", "is_heading", "label_of", "short_ids", "speaker_of", "view_for"]

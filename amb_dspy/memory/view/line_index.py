@@ -1,6 +1,6 @@
 """The evidence view's lines of a bank, laid out as nodes arrive and indexed once each.
 
-Every node's provenance is cut into lines (:func:`~amb_dspy.memory.view.lines.pieces`); each line is kept once,
+Every node's provenance is cut into lines (:func:`~amb_dspy.storage.source_lines.node_lines`); each line is kept once,
 under the first node that holds it, with every node that holds it. A :class:`LineIndex` follows its store: a
 node added, or a node given more sources, lays out and embeds only its own new lines, and adds them to the lines'
 hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
@@ -8,8 +8,9 @@ Only a removed node (a merge) lays everything out again, from the embeddings alr
 
 The embeddings are the store's (:class:`~amb_dspy.storage.line_vectors.LineVectors`, by the line's text): a line
 embedded once is embedded never again, in this process or, through a bank database, in the next one that opens
-the bank. :func:`embed_lines` embeds the lines of the nodes a save is about to write, so that a bank database
-opens with every line's vector; :func:`export_bank` is the save that does it.
+the bank. The store's save (:meth:`~amb_dspy.memory.bank_io.StoreFiles.save`) embeds the lines of the nodes it
+writes, laid out by the same rules (:mod:`amb_dspy.storage.source_lines`), so that a bank database opens with
+every line's vector.
 
 The tables a question's ranking reads over all lines (:class:`~amb_dspy.retrieval.line_ranking.LineTable`, the
 :class:`~amb_dspy.retrieval.spreading.SpreadingGraph`) are kept up to date line by line too
@@ -22,15 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from amb_dspy.agents.chunking import estimate_tokens
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view.lines import LINE_TOKENS, Evidence, heading_of, label_of, pieces, speaker_of
+from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, speaker_of
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineLayout, LineTable
 from amb_dspy.retrieval.spreading import SpreadingGraph, TermLines
 from amb_dspy.storage import QueryGraphNode
-from amb_dspy.storage.bank_place import bank_at
+from amb_dspy.storage.source_lines import node_lines
 
 
 class LineIndex:
@@ -73,7 +73,7 @@ class LineIndex:
         return self.lines
 
     def _lay_out(self, node: QueryGraphNode) -> None:
-        for entry_id, text, start, end, line_start in _node_lines(self.store, node, self.count, self.line_tokens):
+        for entry_id, text, start, end, line_start in node_lines(self.store.tree.entries, node, self.count, self.line_tokens):
             key = (entry_id, start, end)
             if key not in self._position:
                 self._add_line(key, text, line_start, node.id)
@@ -118,37 +118,3 @@ class LineIndex:
                                                   [terms(" ".join(node.keywords)) for node in nodes], links)
             self._tables = (signature, spreading, table, number)
         return self._tables[1:]
-
-
-def embed_lines(store: MemoryStore, count: Callable[[str], int] = estimate_tokens, line_tokens: int = LINE_TOKENS) -> int:
-    """Give the store's line vectors the lines (as :class:`LineIndex` lays them out) of the nodes its next save
-    writes, or of every node when they do not hold every saved node's lines yet; returns how many lines were
-    embedded. Called before a save to a bank database, so that the bank opens with every line's vector and its
-    first question embeds nothing but the question."""
-    table, nodes = store.line_vectors, store.graph.nodes_dict
-    wanted = [node for node in nodes.values() if node.id in store.unsaved_nodes] if table.complete else list(nodes.values())
-    embedded = table.fill([text[start:end] for node in wanted
-                           for _, text, start, end, _ in _node_lines(store, node, count, line_tokens)],
-                          store.embedder.embed)
-    table.embedded.update(node.id for node in wanted)
-    table.complete = True
-    return embedded
-
-
-def export_bank(store: MemoryStore, path):
-    """``store.export(path)``; a bank database gets its lines' vectors first (:func:`embed_lines`), a JSON
-    file carries none (:mod:`amb_dspy.storage.bank_file`)."""
-    if bank_at(path).grows:
-        embed_lines(store)
-    return store.export(path)
-
-
-def _node_lines(store: MemoryStore, node: QueryGraphNode, count: Callable[[str], int], line_tokens: int):
-    """``(entry id, entry text, start, end, line start)`` of each line of the node's sources, as the view lays
-    them out (:func:`~amb_dspy.memory.view.lines.pieces`)."""
-    entries = store.tree.entries
-    for source in node.sources:
-        text = entries[source.entry_id].text
-        for span in source.spans:
-            for start, end, line_start in pieces(text, *span, count, line_tokens):
-                yield source.entry_id, text, start, end, line_start
