@@ -46,7 +46,6 @@ def serve_command(
     database: str | None = typer.Option(None, "--database", "--database-url", help=DATABASE_HELP),
 ) -> None:
     """Serve the memory bank to any agent over MCP: stdio by default, streamable HTTP with --http PORT."""
-    from amb_dspy.errors import InputError, UserError, one_line
 
     config = _settings(lm=lm, policy=policy, namespace=namespace, remember=remember or None, embedder=embedder,
                        database_url=database)
@@ -60,15 +59,32 @@ def serve_command(
         typer.echo(client_config(print_config, flags))
         return
     keys = _http_keys(host, allow_host, config) if http else None
+    bank = _opened_bank(config, compiled, allow_dir)
+    if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM
+        print(f"note: {bank.notice}", file=sys.stderr, flush=True)  # stdout is the protocol's, under stdio
+    where = f"http://{host}:{http}/mcp" if http else "stdio"
+    print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.models.policy})", file=sys.stderr,
+          flush=True)
+    from amb_dspy.serve.server import serve
+
+    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir, keys=keys,
+          allow_hosts=allow_host)
+
+
+def _opened_bank(config, compiled: str | None, allow_dir: list[Path]):
+    """The bank the server serves, its ``--allow-dir`` folders checked and its database (AMB_DATABASE_URL) reached,
+    with its schema brought up to date, before serving; exit 1 in one line when any of it fails."""
+    from amb_dspy.errors import InputError, UserError, one_line
+
     try:
         from amb_dspy.bank import MemoryBank
-        from amb_dspy.serve.server import serve
+        from amb_dspy.serve.server import serve  # noqa: F401 - the server's SDK, missing: one line before serving
 
         for folder in allow_dir:
             if not folder.is_dir():
                 raise InputError(f"--allow-dir {folder}: no such folder")
         bank = MemoryBank(config, compiled=compiled)
-        if config.paths.database_url:  # reached, and its schema brought up to date, before serving
+        if config.paths.database_url:
             from amb_dspy.serve.task_store_pg import open_database
 
             open_database(config.paths.database_url)
@@ -78,13 +94,7 @@ def serve_command(
         fail(one_line(exc))
     except Exception as exc:  # noqa: BLE001 - a bad flag or setting ends in one line before serving
         fail(f"{type(exc).__name__}: {one_line(exc)}")
-    if bank.notice and config.models.policy != "heuristic":  # the heuristic policy calls no LM
-        print(f"note: {bank.notice}", file=sys.stderr, flush=True)  # stdout is the protocol's, under stdio
-    where = f"http://{host}:{http}/mcp" if http else "stdio"
-    print(f"amb serve: memory bank MCP server on {where} (policy {bank.config.models.policy})", file=sys.stderr,
-          flush=True)
-    serve(bank, http_port=http, host=host, idle_s=idle, max_tasks=max_tasks, allowed_dirs=allow_dir, keys=keys,
-          allow_hosts=allow_host)
+    return bank
 
 
 def _http_keys(host: str, allow_host: list[str], config):
