@@ -30,6 +30,8 @@ _load_lock = threading.Lock()
 _llamas: dict[str, Any] = {}
 _run_locks: dict[str, threading.Lock] = {}
 _vocab_models: dict[str, Any] = {}  # path -> a model loaded with its vocabulary only (see count_tokens)
+COUNTED_TEXTS = 16_384  # counts count_tokens keeps, of texts up to COUNTED_CHARS long: 32 MB at most
+COUNTED_CHARS = 2_000
 
 
 def load_llama(path: str, n_ctx: int, n_threads: int, seed: int):
@@ -48,8 +50,22 @@ def count_tokens(path: str, text: str) -> int:
 
     With the model loaded, its own tokenizer; else its vocabulary alone, loaded once without weights or a
     context (milliseconds), so that a bank whose agents never generate (the heuristic policy, ``amb serve
-    --policy heuristic``) sizes its chunks in the model's tokens without loading the model.
+    --policy heuristic``) sizes its chunks in the model's tokens without loading the model. The last
+    :data:`COUNTED_TEXTS` counts of texts up to :data:`COUNTED_CHARS` long are kept: an ingest counts the same
+    sentences and paragraphs again and again (its classification, its structure's units and summaries), and both
+    tokenizers give the same count.
     """
+    return _counted(path, text) if len(text) <= COUNTED_CHARS else _count(path, text)
+
+
+@lru_cache(maxsize=COUNTED_TEXTS)
+def _counted(path: str, text: str) -> int:
+    """:func:`_count`, remembered (a short text's count)."""
+    return _count(path, text)
+
+
+def _count(path: str, text: str) -> int:
+    """Tokens of ``text`` by the loaded model's tokenizer, else by its vocabulary alone (the same count)."""
     data = text.encode("utf-8")
     llama = _llamas.get(path)
     if llama is not None:

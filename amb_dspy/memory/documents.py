@@ -2,7 +2,8 @@
 
 * ``.txt``, ``.md``, ``.html`` (and any other file named on its own, read as text): one document each
   (:func:`~amb_dspy.tools.corpus_files.read_document`);
-* ``.jsonl``: passages, one document per title, URL or id (:func:`~amb_dspy.tools.corpus_files.load_jsonl`);
+* ``.jsonl``: passages, one document per title, URL or id (:class:`~amb_dspy.tools.corpus_files.JsonlPassages`: the file
+  is checked whole, then read a document at a time, never held whole);
 * ``.json``: a LoCoMo conversation (or the authors' list of them): one document per session, dated with the
   session's date and written one turn a line, as :func:`turn_line` writes it;
 * a folder: the files of those kinds in it and under it, hidden ones left out; a glob: what it matches.
@@ -34,7 +35,7 @@ from typing import Any
 from amb_dspy.errors import InputError, UserError, one_line
 from amb_dspy.memory.dates import parse_date, stamp_of
 from amb_dspy.text import BLANK_LINE, is_binary, valid_text
-from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, folder_files, load_jsonl, read_document
+from amb_dspy.tools.corpus_files import HTML_SUFFIXES, TEXT_SUFFIXES, JsonlPassages, folder_files, read_document
 
 DOCUMENT_SUFFIXES = TEXT_SUFFIXES | HTML_SUFFIXES | {".json", ".jsonl"}
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -123,21 +124,30 @@ def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[
         try:
             if path.suffix.lower() not in {".json", ".jsonl"} and path.stat().st_size > max_bytes:
                 raise InputError(_too_large(path.stat().st_size, max_bytes))
-            documents = list(_read_file(path, name))
+            documents = _JsonlDocuments(path, name) if path.suffix.lower() == ".jsonl" else list(_read_file(path, name))
         except (UserError, OSError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
-            skip(f"skipped {name}: {why}")
+            skip(f"skipped {name}: {_why(exc)}")
             expected.total -= 1
             continue
         expected.total += len(documents) - 1
-        for document in documents:
-            document = NamedDocument(valid_text(document.name), valid_text(document.text), document.date)
-            size = len(document.text.encode("utf-8"))
-            if size > max_bytes:
-                skip(f"skipped {document.name}: {_too_large(size, max_bytes)}")
-                expected.total -= 1
-            else:
-                yield document
+        read = 0
+        try:
+            for document in documents:
+                read += 1
+                document = NamedDocument(valid_text(document.name), valid_text(document.text), document.date)
+                size = len(document.text.encode("utf-8"))
+                if size > max_bytes:
+                    skip(f"skipped {document.name}: {_too_large(size, max_bytes)}")
+                    expected.total -= 1
+                else:
+                    yield document
+        except (UserError, OSError) as exc:  # a .jsonl changed or gone while its documents were added
+            skip(f"skipped the rest of {name} ({len(documents) - read} documents): {_why(exc)}")
+            expected.total -= len(documents) - read
+
+
+def _why(exc: Exception) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc)
 
 
 def document_name(path: Path) -> str:
@@ -174,14 +184,24 @@ def _files(paths: Iterable[str | Path], skip: Callable[[str], None]) -> Iterator
                 skip(f"skipped {document_name(match)}: not a regular file")
 
 
-def _read_file(path: Path, name: str) -> Iterator[NamedDocument]:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        for doc in load_jsonl(path):
+class _JsonlDocuments:
+    """The passages' documents of a .jsonl file as documents to add, read one at a time
+    (:class:`~amb_dspy.tools.corpus_files.JsonlPassages`: the file is checked whole first, never held whole)."""
+
+    def __init__(self, path: Path, name: str):
+        self.passages, self.name = JsonlPassages(path), name
+
+    def __len__(self) -> int:
+        return len(self.passages)
+
+    def __iter__(self) -> Iterator[NamedDocument]:
+        for doc in self.passages:
             title = f"{doc.title}\n" if doc.title != doc.id else ""
-            yield NamedDocument(f"{name}#{doc.id}", title + doc.text)
-        return
-    if suffix == ".json":
+            yield NamedDocument(f"{self.name}#{doc.id}", title + doc.text)
+
+
+def _read_file(path: Path, name: str) -> Iterator[NamedDocument]:
+    if path.suffix.lower() == ".json":
         yield from _locomo_sessions(path, name)
         return
     if is_binary(path.read_bytes()):

@@ -285,3 +285,37 @@ class BM25Index:
             norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[keys] / avgdl)
             scores[keys] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
         return scores
+
+
+def bm25_scores(documents: list[tuple[str, ...]], query_tokens: list[str], k1: float = 1.5, b: float = 0.75,
+                epsilon: float = 0.25) -> list[float]:
+    """The BM25 score of each of ``documents`` (token tuples) for ``query_tokens``: the same floats as a
+    :class:`BM25Index` holding them under keys 0, 1, ... gives (the same operations in the same order), without
+    building one. For the few dozen sentences the heuristic analysis scores at each comparison, where the
+    index's numpy postings cost a hundred times the scoring."""
+    n = len(documents)
+    scores = [0.0] * n
+    if n == 0:
+        return scores
+    counts = [Counter(document) for document in documents]
+    postings: dict[str, list[int]] = {}  # term -> the documents holding it, in order; terms in first-seen order
+    for number, count in enumerate(counts):
+        for term in count:
+            postings.setdefault(term, []).append(number)
+    avgdl = sum(map(len, documents)) / n
+    epsilon_idf = None
+    for term in query_tokens:  # repeated query terms count again, as in rank_bm25
+        holders = postings.get(term)
+        if holders is None:
+            continue
+        idf = math.log(n - len(holders) + 0.5) - math.log(len(holders) + 0.5)
+        if idf < 0:
+            if epsilon_idf is None:  # as BM25Index._epsilon_idf: the mean idf over the vocabulary, by numpy
+                df = np.fromiter(map(len, postings.values()), dtype=np.float64, count=len(postings))
+                epsilon_idf = epsilon * float(np.mean(np.log(n - df + 0.5) - np.log(df + 0.5)))
+            idf = epsilon_idf
+        for number in holders:
+            tf = float(counts[number][term])
+            norm = k1 * (1.0 - b + b * float(len(documents[number])) / avgdl)
+            scores[number] += idf * tf * (k1 + 1.0) / (tf + norm)
+    return scores

@@ -34,7 +34,7 @@ from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Re
 from amb_dspy.agents.chunking import split_sentences
 from amb_dspy.agents.fallback.similarity import embed, embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.retrieval.keyword import BM25Index, tokenize
+from amb_dspy.retrieval.keyword import bm25_scores, tokenize
 from amb_dspy.storage.query_graph import node_text
 
 HYBRID_ALPHA = 0.5  # AmbConfig.retrieval_alpha's default; fixed here because the threshold is calibrated for it
@@ -79,14 +79,10 @@ def hybrid_scores(new_node: NodeInfo, candidates: list[NodeInfo], embedder: Embe
     vectors = embed(embedder, texts)
     cosine = vectors[1:] @ vectors[0]
 
-    index = BM25Index()
-    owner: list[int] = []  # node number of each sentence; 0 is the new node
-    for number, text in enumerate(texts):
-        for tokens in _sentence_tokens(text):
-            index.add(len(owner), list(tokens))
-            owner.append(number)
+    sentences = [(number, tokens) for number, text in enumerate(texts) for tokens in _sentence_tokens(text)]
+    owner = [number for number, _ in sentences]  # node number of each sentence; 0 is the new node
     query = tokenize(" ".join(new_node.keywords) or texts[0])
-    per_sentence = index.scores(query)[: len(owner)]
+    per_sentence = np.array(bm25_scores([tokens for _, tokens in sentences], query), dtype=np.float64)
     best = np.full(len(texts), -np.inf)
     np.maximum.at(best, np.array(owner), per_sentence)
     bm25 = np.clip(best[1:] / best[0], 0.0, 1.0) if best[0] > 0 else np.zeros(len(candidates))
