@@ -4,7 +4,9 @@
 Two legs, each `amb serve --http --policy heuristic` (no LM) with a key, driven by concurrent clients of the mcp
 SDK, each running one task: `memory_start_task`, then ``--observes`` `memory_observe` calls each followed by a
 `memory_context` call (the agent's next step reads memory), each call to a replica chosen at random; a call that
-fails is sent once more, to the other replica:
+fails is sent once more, to the other replica. A client keeps one MCP session per replica open across its calls
+(:class:`Line`), as a client that talks to the replicas does; the server's streamable HTTP is stateless, so a
+session survives its replica's restart, and a session whose call failed is opened again on its next call:
 
 * ``sqlite``: one server on its own storage folder (the embedded default), nothing killed: the reference;
 * ``postgres``: a throwaway PostgreSQL server (tests/postgres_server.py), 2 replicas with `--database URL`, each on
@@ -18,8 +20,8 @@ from the same task's in the SQLite leg, which ran without a kill) and ``throughp
 then one JSON line. Targets: 0 lost, 0 failed after retry, 0 differing, context p95 <= 150 ms at 32 tasks,
 throughput >= 0.7x SQLite.
 
-The PostgreSQL leg needs the MCP task store in the database (`amb serve --database URL`): it runs when
-`amb serve --help` lists `--database`, and is skipped, saying so, before that (the SQLite leg runs either way).
+The PostgreSQL leg needs the MCP task store in the database (`amb serve --database URL`) and a PostgreSQL install
+(tests/postgres_server.py): it is skipped, saying why, without them (the SQLite leg runs either way).
 
     python bench/cluster.py [--clients 32] [--observes 20] [--seed 7] [--sqlite-only]
 """
@@ -379,7 +381,8 @@ def report(legs: list[dict], skipped: str | None, load: tuple[float, float, floa
                       "sqlite": {k: sqlite[k] for k in ("calls_per_s", "context_p95_ms", "observe_p95_ms",
                                                          "observations_lost", "failed_after_retry")},
                       "postgres_leg": "ran" if cluster else f"skipped: {skipped}", "clients": args.clients,
-                      "observes_per_task": args.observes, "load_avg_1m": round(load[0], 2)}))
+                      "observes_per_task": args.observes, "load_avg_1m": round(load[0], 2),
+                      "load_avg_1m_end": round(os.getloadavg()[0], 2)}))
 
 
 def main() -> None:
