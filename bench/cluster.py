@@ -4,7 +4,9 @@
 Two legs, each `amb serve --http --policy heuristic` (no LM) with a key, driven by concurrent clients of the mcp
 SDK, each running one task: `memory_start_task`, then ``--observes`` `memory_observe` calls each followed by a
 `memory_context` call (the agent's next step reads memory), each call to a replica chosen at random; a call that
-fails is sent once more, to the other replica:
+fails is sent once more, to the other replica. A client keeps one MCP session per replica open across its calls
+(:class:`Line`), as a client that talks to the replicas does; the server's streamable HTTP is stateless, so a
+session survives its replica's restart, and a session whose call failed is opened again on its next call:
 
 * ``sqlite``: one server on its own storage folder (the embedded default), nothing killed: the reference;
 * ``postgres``: a throwaway PostgreSQL server (tests/postgres_server.py), 2 replicas with `--database URL`, each on
@@ -18,8 +20,8 @@ from the same task's in the SQLite leg, which ran without a kill) and ``throughp
 then one JSON line. Targets: 0 lost, 0 failed after retry, 0 differing, context p95 <= 150 ms at 32 tasks,
 throughput >= 0.7x SQLite.
 
-The PostgreSQL leg needs the MCP task store in the database (`amb serve --database URL`): it runs when
-`amb serve --help` lists `--database`, and is skipped, saying so, before that (the SQLite leg runs either way).
+The PostgreSQL leg needs the MCP task store in the database (`amb serve --database URL`) and a PostgreSQL install
+(tests/postgres_server.py): it is skipped, saying why, without them (the SQLite leg runs either way).
 
     python bench/cluster.py [--clients 32] [--observes 20] [--seed 7] [--sqlite-only]
 """
@@ -112,6 +114,66 @@ def make_key(env: dict[str, str], flags: list[str]) -> str:
     return made.stdout.strip()
 
 
+class Line:
+    """One client's MCP session to one replica, kept open across its calls (as a client that talks to the replicas
+    does), in an asyncio task of its own: a dead replica breaks that task's task group, not the client. A call
+    that fails ends the session; the next call on this replica opens a new one (a restarted replica knows none of
+    the old sessions)."""
+
+    def __init__(self, url: str, key: str):
+        self.url, self.key = url, key
+        self.requests: asyncio.Queue = asyncio.Queue()
+        self.worker: asyncio.Task | None = None
+
+    async def call(self, tool: str, arguments: dict) -> tuple[str, float]:
+        """The tool's text and its round trip in ms (the call, not the session's handshake)."""
+        if self.worker is None or self.worker.done():
+            self.worker = asyncio.get_running_loop().create_task(self._serve())
+        answer = asyncio.get_running_loop().create_future()
+        await self.requests.put((tool, arguments, answer))
+        try:
+            out, elapsed = await asyncio.wait_for(asyncio.shield(answer), CALL_TIMEOUT_S)
+        except TimeoutError:
+            self.worker.cancel()
+            raise
+        if out.is_error:
+            raise RuntimeError(out.content[0].text)
+        return out.content[0].text, elapsed
+
+    async def close(self) -> None:
+        if self.worker is not None and not self.worker.done():
+            await self.requests.put(None)
+            await asyncio.gather(self.worker, return_exceptions=True)
+
+    async def _serve(self) -> None:
+        waiting: list[asyncio.Future] = []  # the call being answered, failed with the session if it breaks
+        try:
+            async with (create_mcp_http_client(headers={"Authorization": f"Bearer {self.key}"}) as http,
+                        streamable_http_client(self.url, http_client=http) as (read, write, *_),
+                        ClientSession(read, write) as session):
+                await session.initialize()
+                while (request := await self.requests.get()) is not None:
+                    tool, arguments, answer = request
+                    waiting[:] = [answer]
+                    began = time.perf_counter()
+                    try:
+                        out = await session.call_tool(tool, arguments)
+                    except Exception as exc:  # noqa: BLE001 - the session is broken: answer, then end it
+                        answer.set_exception(exc)
+                        return
+                    answer.set_result((out, 1000 * (time.perf_counter() - began)))
+        except BaseException as exc:  # noqa: BLE001 - a dead replica: every waiting call fails, the client retries
+            failure = exc if isinstance(exc, Exception) else ConnectionError(f"session ended: {type(exc).__name__}")
+            while not self.requests.empty():
+                request = self.requests.get_nowait()
+                waiting += [request[2]] if request is not None else []
+            for answer in waiting:
+                if not answer.done():
+                    answer.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+
+
 @dataclass
 class Load:
     """What the clients of one leg saw."""
@@ -126,28 +188,18 @@ class Load:
     failed: list[str] = field(default_factory=list)
     acked: dict[int, list[int]] = field(default_factory=dict)
 
-
-async def call(url: str, key: str, tool: str, arguments: dict) -> tuple[str, float]:
-    """One tool call in a session of its own: its text and its round trip in ms (the call, not the handshake)."""
-    async with (create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http,
-                streamable_http_client(url, http_client=http) as (read, write, *_), ClientSession(read, write) as session):
-        await session.initialize()
-        began = time.perf_counter()
-        out = await session.call_tool(tool, arguments)
-        elapsed = 1000 * (time.perf_counter() - began)
-    if out.is_error:
-        raise RuntimeError(out.content[0].text)
-    return out.content[0].text, elapsed
+    def lines(self) -> list[Line]:
+        """A new client's sessions, one per replica (opened on first use)."""
+        return [Line(replica.url, self.key) for replica in self.replicas]
 
 
-async def call_with_retry(load: Load, tool: str, arguments: dict) -> str | None:
+async def call_with_retry(load: Load, lines: list[Line], tool: str, arguments: dict) -> str | None:
     """The call on a replica chosen at random, sent once more to the other on failure; None when both failed."""
-    order = load.rng.sample(load.replicas, len(load.replicas))
+    order = load.rng.sample(lines, len(lines))
     error: BaseException | None = None
     for attempt in range(2):
         try:
-            text, ms = await asyncio.wait_for(call(order[attempt % len(order)].url, load.key, tool, arguments),
-                                              CALL_TIMEOUT_S)
+            text, ms = await order[attempt % len(order)].call(tool, arguments)
         except Exception as exc:  # noqa: BLE001 - a dead replica, a refused call: retried once, then counted
             error = exc
             load.retried += attempt == 0
@@ -163,17 +215,25 @@ async def call_with_retry(load: Load, tool: str, arguments: dict) -> str | None:
 
 async def client(load: Load, n: int, observes: int, on_answer) -> str | None:
     """Task ``n``: start, then observe and read memory ``observes`` times; its task id (None: never started)."""
-    started = await call_with_retry(load, "memory_start_task", {"goal": f"Where is the event of task {n} held?"})
+    lines = load.lines()
+    try:
+        return await run_task(load, lines, n, observes, on_answer)
+    finally:
+        await asyncio.gather(*(line.close() for line in lines))
+
+
+async def run_task(load: Load, lines: list[Line], n: int, observes: int, on_answer) -> str | None:
+    started = await call_with_retry(load, lines, "memory_start_task", {"goal": f"Where is the event of task {n} held?"})
     if started is None:
         return None
     task_id = json.loads(started)["task_id"]
     load.acked[n] = []
     for i in range(observes):
-        observed = await call_with_retry(load, "memory_observe", {
+        observed = await call_with_retry(load, lines, "memory_observe", {
             "task_id": task_id, "tool": "search", "arguments": {"query": f"task {n} #{i}"}, "result": result(n, i)})
         if observed is not None:
             load.acked[n].append(i)
-        await call_with_retry(load, "memory_context", {"task_id": task_id})
+        await call_with_retry(load, lines, "memory_context", {"task_id": task_id})
         on_answer()
     return task_id
 
@@ -205,11 +265,14 @@ async def drive(load: Load, clients: int, observes: int, kill_at: int | None) ->
 
 async def final_banks(load: Load, task_ids: list[str | None]) -> dict[int, dict]:
     """Each started task's final bank (memory_export, read from the file the server wrote)."""
-    banks = {}
-    for n, task_id in enumerate(task_ids):
-        exported = task_id and await call_with_retry(load, "memory_export", {"task_id": task_id})
-        if exported:
-            banks[n] = json.loads(Path(json.loads(exported)["path"]).read_text())
+    banks, lines = {}, load.lines()
+    try:
+        for n, task_id in enumerate(task_ids):
+            exported = task_id and await call_with_retry(load, lines, "memory_export", {"task_id": task_id})
+            if exported:
+                banks[n] = json.loads(Path(json.loads(exported)["path"]).read_text())
+    finally:
+        await asyncio.gather(*(line.close() for line in lines))
     return banks
 
 
@@ -235,6 +298,7 @@ def run_leg(name: str, replicas: list[Replica], key: str, args: argparse.Namespa
     try:
         task_ids, seconds, killed = asyncio.run(drive(load, args.clients, args.observes,
                                                       args.clients * args.observes // 2 if kill else None))
+        calls = load.answered  # the load's calls, not the exports read after it
         banks = asyncio.run(final_banks(load, task_ids))
     finally:
         for replica in replicas:
@@ -243,8 +307,8 @@ def run_leg(name: str, replicas: list[Replica], key: str, args: argparse.Namespa
     lost = sum(result(n, i) not in fingerprint(banks[n])[0] if n in banks else 1
                for n, acked in load.acked.items() for i in acked)
     observe, context = quantiles(load.observe_ms), quantiles(load.context_ms)
-    return {"leg": name, "replicas": len(replicas), "calls": load.answered, "seconds": seconds,
-            "calls_per_s": load.answered / seconds if seconds else 0.0, "observe_p50_ms": observe[0],
+    return {"leg": name, "replicas": len(replicas), "calls": calls, "seconds": seconds,
+            "calls_per_s": calls / seconds if seconds else 0.0, "observe_p50_ms": observe[0],
             "observe_p95_ms": observe[1], "context_p50_ms": context[0], "context_p95_ms": context[1],
             "observations_lost": lost, "retried": load.retried, "failed_after_retry": len(load.failed),
             "errors": load.failed[:5], "start_s": max(starts), "killed": killed,
@@ -317,7 +381,8 @@ def report(legs: list[dict], skipped: str | None, load: tuple[float, float, floa
                       "sqlite": {k: sqlite[k] for k in ("calls_per_s", "context_p95_ms", "observe_p95_ms",
                                                          "observations_lost", "failed_after_retry")},
                       "postgres_leg": "ran" if cluster else f"skipped: {skipped}", "clients": args.clients,
-                      "observes_per_task": args.observes, "load_avg_1m": round(load[0], 2)}))
+                      "observes_per_task": args.observes, "load_avg_1m": round(load[0], 2),
+                      "load_avg_1m_end": round(os.getloadavg()[0], 2)}))
 
 
 def main() -> None:

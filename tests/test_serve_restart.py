@@ -113,6 +113,26 @@ def test_a_task_goes_on_after_kill_9_and_after_sigterm_with_the_same_context(tmp
         assert entries(amb.url, task_id) == [RESULTS[i % 3] + f" (result {i})" for i in range(4)]
 
 
+def test_a_client_session_goes_on_on_a_server_that_never_saw_it(tmp_path):
+    """Behind a proxy without sticky sessions the next request of a client's MCP session may reach a replica that
+    did not open it (here: the server killed and started again): it is answered, not "Session terminated"."""
+    async def across_a_restart(amb: Server) -> tuple[str, bool]:
+        async with streamable_http_client(amb.url) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            started = await session.call_tool("memory_start_task", {"goal": GOAL})
+            task_id = json.loads(started.content[0].text)["task_id"]
+            await session.call_tool(*observe(task_id, 0, wait=True))
+            amb.end(signal.SIGKILL)
+            await asyncio.to_thread(amb.start)
+            context = await session.call_tool("memory_context", {"task_id": task_id})
+            return context.content[0].text, context.is_error
+
+    with server(tmp_path) as amb:
+        amb.start()
+        text, error = asyncio.run(across_a_restart(amb))
+    assert not error and "(result 0)" in text, text
+
+
 def test_sigterm_lets_the_call_in_flight_finish_and_reply(tmp_path):
     long_result = " ".join(f"{RESULTS[i % 3]} (part {i})" for i in range(120))  # a conversion of a second or more
 

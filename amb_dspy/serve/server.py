@@ -170,7 +170,9 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
             drain_on_sigterm(drain)
             server.run("stdio")
         else:
-            app = server.streamable_http_app(host=host,
+            # stateless: no MCP session lives in one process, so a client's next request may reach any replica
+            # (a proxy without sticky sessions) or this one restarted; tasks live in the task store, not sessions
+            app = server.streamable_http_app(host=host, stateless_http=True,
                                              transport_security=access.transport_security(host, list(allow_hosts)))
             run_http(app, host=host, port=http_port, log_level=server.settings.log_level.lower(), drain=drain)
     finally:
