@@ -131,7 +131,7 @@ class TaskSession(TaskMemory):
         goal = " ".join(checked_text("the goal", goal, config.limits.max_context_bytes).split())
         if namespace is not None:
             checked_text("the namespace", namespace, MAX_NAME_CHARS)
-        store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
+        store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal), config.view.bank_cache)
         session = cls(store, namespace=namespace, **shared)
         session.state.notices.extend(notices)
         session.recall(goal)
