@@ -105,9 +105,10 @@ async def over_mcp(bank_file: Path, questions: list[str], tasks: int, work: Path
 
     async def call(session: ClientSession, tool: str, **arguments) -> dict:
         result = await session.call_tool(tool, arguments)
-        if result.isError:
-            raise RuntimeError(result.content[0].text)
-        return json.loads(result.content[0].text)
+        text = result.content[0].text
+        if result.is_error:
+            raise RuntimeError(text)
+        return json.loads(text) if text[:1] in "{[" else {"text": text}
 
     times: dict[str, list[float]] = {"start": [], "first_context": [], "total": []}
     async with stdio_client(StdioServerParameters(command=sys.executable, args=serve, env=env)) as (read, write), \
