@@ -4,7 +4,9 @@ Every node's provenance is cut into lines (:func:`~amb_dspy.memory.view.lines.pi
 under the first node that holds it, with every node that holds it. A :class:`LineIndex` follows its store: a
 node added, or a node given more sources, lays out and embeds only its own new lines, and adds them to the lines'
 hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
-Only a removed node (a merge) lays everything out again, from the embeddings already made.
+Only a removed node (a merge) lays everything out again, from the embeddings already made. A task on a bank that
+another task of the process opened takes over the layout made once for that bank version (:meth:`LineIndex._adopt`,
+:mod:`amb_dspy.memory.bank_cache`) and copies it before the task's first change, which it then lays out alone.
 
 The embeddings are the store's (:class:`~amb_dspy.storage.line_vectors.LineVectors`, by the line's text): a line
 embedded once is embedded never again, in this process or, through a bank database, in the next one that opens
