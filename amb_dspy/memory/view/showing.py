@@ -62,7 +62,7 @@ class LineShow:
         # entry id -> its resolved relative dates; (entry id, start, end) -> the line as shown, and (its stamp, its
         # cost without, the stamp's cost): this view's, and those shared by the tasks on the lender's entries
         self._own: tuple[dict, dict, dict] = ({}, {}, {})
-        self._lender = store.lender
+        self._lent = {} if store.lender is None else store.lender.tree.entries  # the lender's: never changed
         self._shared: tuple[dict, dict, dict] = ({}, {}, {}) if store.lender is None else shared_layout(
             store.lender, ("shown", getattr(count, "__wrapped__", count)), lambda: ({}, {}, {}))
 
@@ -74,7 +74,7 @@ class LineShow:
             return shared[key]
         if key not in own:
             value = make()
-            if self._lender is not None and entry_id in self._lender.tree.entries:
+            if entry_id in self._lent:
                 shared[key] = value
                 return value
             own[key] = value
