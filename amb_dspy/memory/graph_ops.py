@@ -331,9 +331,7 @@ class MemoryStore(StoreFiles):
     def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:
         """A deep copy of the graph and the tree (with their indexes) under a new Insight Doc: what a new
         task starts from when it reuses a bank; this store is left as it is."""
-        other = self.lent(insight_doc)
-        other._own()
-        return other
+        return self.lent(insight_doc)._own()
 
     def lent(self, insight_doc: InsightDoc | None = None, embedder: Embedder | None = None) -> MemoryStore:
         """A store under a new Insight Doc (and ``embedder``, of the same model) reading this one's graph, tree and
@@ -344,12 +342,15 @@ class MemoryStore(StoreFiles):
         other.line_vectors, other.revision = self.line_vectors.copy(self.lines_complete()), self.revision
         return other
 
-    def _own(self) -> None:
+    def _own(self) -> MemoryStore:
         """Before a lent store's first change: its own copies of what it read from its lender (the index's: the same
-        documents under the same keys, nothing tokenised or encoded again)."""
-        if self.lender is not None:
-            self.graph, self.tree = self.graph.model_copy(deep=True), InteractionTree.from_dict(self.tree.to_dict())
+        documents under the same keys, nothing tokenised or encoded again); returns the store."""
+        if self.lender is not None:  # a node's embedding is replaced on a change, never written into: shared
+            nodes = {i: n.model_copy(update={"links": list(n.links), "keywords": list(n.keywords),
+                                             "sources": list(n.sources)}) for i, n in self.graph.nodes_dict.items()}
+            self.graph, self.tree = QueryGraph(nodes_dict=nodes), InteractionTree.from_dict(self.tree.to_dict())
             self.index, self.lender = self.index.copy(), None
+        return self
 
     def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict
