@@ -125,6 +125,8 @@ class ViewSettings(Section):
         "evidence", description="what <memory> shows: the nodes' summaries (spec), or the raw source lines "
                                "ranked through the graph (amb_dspy.memory.view; AMB_MEMORY_VIEW)")
     memory_tokens: int = Field(1000, ge=50, description="token budget of the <memory> block, in either view")
+    bank_cache: int = Field(4, ge=0, description="bank versions a process keeps read and laid out for the tasks "
+                            "started on them (amb_dspy.memory.bank_cache; 0: every task reads its bank again)")
     rank_weights: RankWeights = Field(
         default_factory=RankWeights, description="how the views rank lines (RankWeights); AMB_RANK_WEIGHTS is a "
                                                  "JSON object of the weights to change, e.g. '{\"node_weight\": 0.4}'")

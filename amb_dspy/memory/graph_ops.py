@@ -55,6 +55,7 @@ class MemoryStore(StoreFiles):
         self.save_point: SavePoint | None = None
         # The evidence view's line vectors (amb_dspy.memory.view): the store keeps them so a bank database saves them.
         self.line_vectors = LineVectors(embedding_model_name(embedder), embedder.dim)
+        self.lender: MemoryStore | None = None  # whose graph, tree and node index it reads till it changes (lent)
 
     # --- transactions ------------------------------------------------------------------------
     @contextmanager
@@ -63,6 +64,7 @@ class MemoryStore(StoreFiles):
         if self._undo is not None:  # nested call: the outer transaction owns the undo log
             yield
             return
+        self._own()
         self._undo = []
         self._order_saved = False
         try:
@@ -329,12 +331,26 @@ class MemoryStore(StoreFiles):
     def copy(self, insight_doc: InsightDoc | None = None) -> MemoryStore:
         """A deep copy of the graph and the tree (with their indexes) under a new Insight Doc: what a new
         task starts from when it reuses a bank; this store is left as it is."""
-        other = type(self)(self.embedder, insight_doc)
-        other.graph = self.graph.model_copy(deep=True)
-        other.tree = InteractionTree.from_dict(self.tree.to_dict())
-        other.line_vectors = self.line_vectors.copy(self.lines_complete())  # a copy's first question embeds no line again
-        other.index = self.index.copy()  # the same documents under the same keys: nothing tokenised or encoded again
+        return self.lent(insight_doc)._own()
+
+    def lent(self, insight_doc: InsightDoc | None = None, embedder: Embedder | None = None) -> MemoryStore:
+        """A store under a new Insight Doc (and ``embedder``, of the same model) reading this one's graph, tree and
+        node index until its first change copies them (copy-on-write, :mod:`amb_dspy.memory.bank_cache`); this store
+        must not change while it lends. Its line vectors are copied now (its first question embeds no line again)."""
+        other = type(self)(embedder or self.embedder, insight_doc)
+        other.graph, other.tree, other.index, other.lender = self.graph, self.tree, self.index, self
+        other.line_vectors, other.revision = self.line_vectors.copy(self.lines_complete()), self.revision
         return other
+
+    def _own(self) -> MemoryStore:
+        """Before a lent store's first change: its own copies of what it read from its lender (the index's: the same
+        documents under the same keys, nothing tokenised or encoded again); returns the store."""
+        if self.lender is not None:  # a node's embedding is replaced on a change, never written into: shared
+            nodes = {i: n.model_copy(update={"links": list(n.links), "keywords": list(n.keywords),
+                                             "sources": list(n.sources)}) for i, n in self.graph.nodes_dict.items()}
+            self.graph, self.tree = QueryGraph(nodes_dict=nodes), InteractionTree.from_dict(self.tree.to_dict())
+            self.index, self.lender = self.index.copy(), None
+        return self
 
     def same_content(self, other: MemoryStore) -> bool:
         return (self.insight_doc == other.insight_doc and self.graph.nodes_dict == other.graph.nodes_dict

@@ -109,6 +109,22 @@ class LineLayout:
     def __len__(self) -> int:
         return len(self.asks)
 
+    def copy(self) -> LineLayout:
+        """A layout of the same lines that later lines change apart from this one (a task's lines added to the
+        layout of the bank it started on, :mod:`amb_dspy.memory.bank_cache`); what no line changes once
+        made (a line's words, a title's) is shared."""
+        other = LineLayout.__new__(LineLayout)
+        other.before, other.after, other.asks = list(self.before), list(self.after), list(self.asks)
+        other.speakers, other.speaker_names = list(self.speakers), dict(self.speaker_names)
+        other.headings, other.titles = list(self.headings), dict(self.titles)
+        other.mentions = [list(named) for named in self.mentions]
+        other._entries = {entry: list(lines) for entry, lines in self._entries.items()}
+        other._title_words, other._line_words = list(self._title_words), list(self._line_words)
+        other._titles_by_word = {word: list(titles) for word, titles in self._titles_by_word.items()}
+        other._lines_with = {word: list(lines) for word, lines in self._lines_with.items()}
+        other._listed = self._listed
+        return other
+
     def add(self, place: tuple[str, int], text: str, speaker: str = "", heading: str = "",
             words: Sequence[str] | None = None) -> None:
         """Line ``len(self)``: at ``place`` (entry id, start offset), reading ``text``, said by ``speaker`` (lower

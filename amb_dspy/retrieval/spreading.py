@@ -54,6 +54,14 @@ class TermLines:
     def __len__(self) -> int:
         return len(self._ends) + len(self._sizes)
 
+    def copy(self) -> TermLines:
+        """The same lines, numbered alike, that later lines change apart from this one (the arrays are shared:
+        :meth:`arrays` replaces them, never writes into them)."""
+        other = TermLines.__new__(TermLines)
+        other.term_index = Numbering(self.term_index)
+        other._numbers, other._sizes, other._ids, other._ends = list(self._numbers), list(self._sizes), self._ids, self._ends
+        return other
+
     def add(self, terms: Sequence[str]) -> None:
         """One more line, of the words ``terms`` (repeats count once)."""
         self._numbers.extend(map(self.term_index.__getitem__, terms))

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from amb_dspy.errors import InputError
+from amb_dspy.memory.bank_cache import DEFAULT_SIZE, shared_banks
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.storage import InsightDoc
 
@@ -52,12 +53,14 @@ def checked_context(context: str, max_bytes: int) -> str:
     return context
 
 
-def start_store(embedder, bank: str | Path | MemoryStore | None, doc: InsightDoc) -> tuple[MemoryStore, list[str]]:
+def start_store(embedder, bank: str | Path | MemoryStore | None, doc: InsightDoc,
+                cached: int = DEFAULT_SIZE) -> tuple[MemoryStore, list[str]]:
     """A new task's store, empty or a copy of a bank's graph and tree (BankFileError if the file is bad),
-    and notices about the loading (a bank embedded with another model is embedded again)."""
+    and notices about the loading (a bank embedded with another model is embedded again). A bank file is read
+    once per version for the tasks of this process, ``cached`` versions kept (:mod:`amb_dspy.memory.bank_cache`)."""
     notices: list[str] = []
     if bank is None:
         return MemoryStore(embedder, doc), notices
-    if not isinstance(bank, MemoryStore):  # opened for this task alone: no copy to make
-        return MemoryStore.load_for_task(bank, embedder, doc, notices=notices), notices
+    if not isinstance(bank, MemoryStore):  # lent from the bank's shared store: its first change copies it
+        return shared_banks(cached).store_for_task(bank, embedder, doc, notices), notices
     return bank.copy(doc), notices

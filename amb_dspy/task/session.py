@@ -139,7 +139,7 @@ class TaskSession:
         goal = " ".join(checked_text("the goal", goal, config.limits.max_context_bytes).split())
         if namespace is not None:
             checked_text("the namespace", namespace, MAX_NAME_CHARS)
-        store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal))
+        store, notices = start_store(shared["embedder"], bank, InsightDoc(task_goal=goal), config.view.bank_cache)
         if attach:
             shared["images"].stage_images(store.insight_doc.doc_id, [Path(p) for p in attach])
         session = cls(store, namespace=namespace, **shared)

@@ -4,7 +4,9 @@ Every node's provenance is cut into lines (:func:`~amb_dspy.storage.source_lines
 under the first node that holds it, with every node that holds it. A :class:`LineIndex` follows its store: a
 node added, or a node given more sources, lays out and embeds only its own new lines, and adds them to the lines'
 hybrid index (BM25 and FAISS, both incremental), so a question costs no re-indexing whatever the bank's size.
-Only a removed node (a merge) lays everything out again, from the embeddings already made.
+Only a removed node (a merge) lays everything out again, from the embeddings already made. A task on a bank that
+another task of the process opened takes over the layout made once for that bank version (:meth:`LineIndex._adopt`,
+:mod:`amb_dspy.memory.bank_cache`) and copies it before the task's first change, which it then lays out alone.
 
 The embeddings are the store's (:class:`~amb_dspy.storage.line_vectors.LineVectors`, by the line's text): a line
 embedded once is embedded never again, in this process or, through a bank database, in the next one that opens
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from amb_dspy.memory.bank_cache import shared_layout
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, speaker_of
 from amb_dspy.retrieval.hybrid import HybridIndex
@@ -37,8 +40,9 @@ class LineIndex:
     """The source lines of ``store``'s nodes, their hybrid index (keys: the lines' positions, as strings) and
     the tables the ranking reads; :meth:`refresh` brings them up to the store's graph."""
 
-    def __init__(self, store: MemoryStore, count: Callable[[str], int], line_tokens: int):
-        self.store, self.count, self.line_tokens = store, count, line_tokens
+    def __init__(self, store: MemoryStore, count: Callable[[str], int], line_tokens: int, *, adopt: bool = True):
+        """``adopt``: on a lent store, take over the layout shared by every store its lender lends (:meth:`_adopt`)."""
+        self.store, self.count, self.line_tokens, self.adopt = store, count, line_tokens, adopt
         self._start_over()
 
     def _start_over(self) -> None:
@@ -53,14 +57,20 @@ class LineIndex:
         self._laid: dict[str, tuple] = {}  # node id -> the sources laid out for it
         self._seen: tuple = ()  # the store's (revision, node count) when last laid out
         self._tables: tuple = (None, None, None, {})  # (the store's revision, spreading graph, line table, node numbers)
+        self._shared = False  # the fields above are a shared layout's (_adopt), to copy before any change
+        self.embedded: list[str] = []  # the lines whose vectors this index made, in order (a shared layout's are adopted)
 
     def refresh(self) -> list[Evidence]:
         """Lay out the lines of the nodes added or given sources since the last call; the lines, in order."""
+        if self.adopt and not self._laid and self.store.lender is not None and len(self.store.graph):
+            self._adopt(self.store.lender)
         nodes = self.store.graph.nodes_dict
         if self._seen == (self.store.revision, len(nodes)):
             return self.lines
         if any(node_id not in nodes for node_id in self._laid):
             self._start_over()
+        elif self._shared:
+            self._own()
         self._seen = (self.store.revision, len(nodes))
         first_new = len(self.lines)
         for node in nodes.values():
@@ -71,6 +81,26 @@ class LineIndex:
         if len(self.lines) > first_new:
             self._index_new(first_new)
         return self.lines
+
+    def _adopt(self, lender: MemoryStore) -> None:
+        """Take over the layout of the lender's lines (a store lent by a bank's shared store: the same graph), made
+        once for every task on that bank (:func:`~amb_dspy.memory.bank_cache.shared_layout`), with the line
+        vectors its making embedded, as this index would have."""
+        key = ("lines", self.line_tokens, getattr(self.count, "__wrapped__", self.count))
+        shared = shared_layout(lender, key, lambda: _laid_out(lender, self.count, self.line_tokens))
+        for name in _LAYOUT:
+            setattr(self, name, getattr(shared, name))
+        self._shared = True
+        if shared.embedded:
+            self.store.line_vectors.add(shared.embedded, shared.store.line_vectors.matrix(shared.embedded))
+
+    def _own(self) -> None:
+        """Before the first change of an adopted layout: copies of what changes (a line's record never does)."""
+        self.lines, self.holders = list(self.lines), [list(held) for held in self.holders]
+        self.lines_of = {node_id: list(lines) for node_id, lines in self.lines_of.items()}
+        self._position, self._indexed, self._laid = dict(self._position), list(self._indexed), dict(self._laid)
+        self._layout, self._terms = self._layout.copy(), self._terms.copy()
+        self.index, self._shared = self.index.copy() if self.index is not None else None, False
 
     def _lay_out(self, node: QueryGraphNode) -> None:
         for entry_id, text, start, end, line_start in node_lines(self.store.tree.entries, node, self.count, self.line_tokens):
@@ -99,7 +129,10 @@ class LineIndex:
     def _index_new(self, first: int) -> None:
         """Index the lines from ``first`` on, in one batch, embedding only those the store has no vector for."""
         texts = [line.text for line in self.lines[first:]]
-        self.store.line_vectors.fill(texts, self.store.embedder.embed)
+        new = self.store.line_vectors.missing(texts)
+        if new:
+            self.store.line_vectors.add(new, self.store.embedder.embed(new))
+        self.embedded.extend(new)
         if self.index is None:
             self.index = HybridIndex(self.store.embedder.dim)
         self.index.add_many([str(i) for i in range(first, len(self.lines))], None,
@@ -118,3 +151,17 @@ class LineIndex:
                                                   [terms(" ".join(node.keywords)) for node in nodes], links)
             self._tables = (signature, spreading, table, number)
         return self._tables[1:]
+
+
+_LAYOUT = ("lines", "holders", "lines_of", "index", "_position", "_indexed", "_layout", "_terms", "_laid", "_seen",
+           "_tables")  # what a LineIndex takes over from a shared one
+
+
+def _laid_out(lender: MemoryStore, count: Callable[[str], int], line_tokens: int) -> LineIndex:
+    """The lender's lines laid out, indexed and tabulated, on a store it lends (whose line vectors the embedding
+    fills, not the lender's: a lender never changes), for every task on it to take over."""
+    index = LineIndex(lender.lent(), count, line_tokens, adopt=False)
+    index.refresh()
+    index.tables()
+    return index
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from amb_dspy.memory.bank_cache import shared_layout
 from amb_dspy.memory.dates import resolve_dates
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.memory.view.lines import Evidence, day_stamp
@@ -51,18 +52,40 @@ def short_ids(ids: list[str], least: int = SHORT_ID) -> dict[str, str]:
 
 class LineShow:
     """Lines of ``store``'s entries as a view shows them, and what they cost under ``count``; what it works out
-    (a line's dated text and cost, the nodes' short ids) is kept, as entries are append-only."""
+    (a line's dated text and cost, the nodes' short ids) is kept, as entries are append-only. On a store lent by a
+    bank's shared store (:mod:`amb_dspy.memory.bank_cache`), what it works out for the bank's own entries is kept
+    for every task on that bank (it depends on nothing else), the rest for this view alone."""
 
     def __init__(self, store: MemoryStore, count: Callable[[str], int]):
         self.store, self.count = store, count
         self._short: tuple = (None, {})  # (the store's revision, the nodes' short ids)
-        self._dates: dict[str, list[tuple[int, int, str]]] = {}  # entry id -> its resolved relative dates
-        # (entry id, start, end) -> the line as shown, and (its stamp, its cost without, the stamp's cost)
-        self._dated: dict[tuple[str, int, int], str] = {}
-        self._costs: dict[tuple[str, int, int], tuple[str, int, int]] = {}
+        # entry id -> its resolved relative dates; (entry id, start, end) -> the line as shown, and (its stamp, its
+        # cost without, the stamp's cost): this view's, and those shared by the tasks on the lender's entries
+        self._own: tuple[dict, dict, dict] = ({}, {}, {})
+        self._lent = {} if store.lender is None else store.lender.tree.entries  # the lender's: never changed
+        self._shared: tuple[dict, dict, dict] = ({}, {}, {}) if store.lender is None else shared_layout(
+            store.lender, ("shown", getattr(count, "__wrapped__", count)), lambda: ({}, {}, {}))
+
+    def _kept(self, table: int, key, entry_id: str, make: Callable[[], object]):
+        """``make()``, worked out once for ``key`` (of entry ``entry_id``) in memo ``table`` (0: dates, 1: dated
+        lines, 2: costs): in the shared memo for a lender's entry (what it holds never changes), else this view's."""
+        shared, own = self._shared[table], self._own[table]
+        if key in shared:
+            return shared[key]
+        if key not in own:
+            value = make()
+            if entry_id in self._lent:
+                shared[key] = value
+                return value
+            own[key] = value
+        return own[key]
 
     def short_ids(self) -> dict[str, str]:
-        """:func:`short_ids` of the store's nodes, worked out once per change of the store."""
+        """:func:`short_ids` of the store's nodes, worked out once per change of the store (once for every task on a
+        shared bank while its store is the bank's)."""
+        lender = self.store.lender
+        if lender is not None:
+            return shared_layout(lender, "short ids", lambda: short_ids(list(lender.graph.nodes_dict)))
         revision = (self.store.revision, len(self.store.graph))
         if self._short[0] != revision:
             self._short = (revision, short_ids(list(self.store.graph.nodes_dict)))
@@ -75,19 +98,18 @@ class LineShow:
 
     def _dates_of(self, entry_id: str) -> list[tuple[int, int, str]]:
         """The entry's relative dates resolved: as ingest recorded them, else worked out now (older banks)."""
-        if entry_id not in self._dates:
-            entry = self.store.tree.entries[entry_id]
-            recorded = entry.metadata.get("dates")
-            self._dates[entry_id] = ([tuple(d) for d in recorded] if recorded is not None
-                                     else resolve_dates(entry.text, str(entry.metadata.get("date", ""))))
-        return self._dates[entry_id]
+        return self._kept(0, entry_id, entry_id, lambda: self._resolved(entry_id))
+
+    def _resolved(self, entry_id: str) -> list[tuple[int, int, str]]:
+        entry = self.store.tree.entries[entry_id]
+        recorded = entry.metadata.get("dates")
+        return ([tuple(d) for d in recorded] if recorded is not None
+                else resolve_dates(entry.text, str(entry.metadata.get("date", ""))))
 
     def dated(self, line: Evidence) -> str:
         """The line's text with each relative date followed by its absolute date: "yesterday (7 May 2023)"."""
-        key = (line.entry_id, line.start, line.end)  # entries are append-only: a line's dated text never changes
-        if key not in self._dated:
-            self._dated[key] = self._with_dates(line)
-        return self._dated[key]
+        # entries are append-only: a line's dated text never changes
+        return self._kept(1, (line.entry_id, line.start, line.end), line.entry_id, lambda: self._with_dates(line))
 
     def _with_dates(self, line: Evidence) -> str:
         text = line.text
@@ -113,17 +135,19 @@ class LineShow:
 
     def _cost(self, line: Evidence, stamps: set) -> int:
         """Tokens a line adds to a group whose shown stamps are ``stamps`` (updated)."""
-        key = (line.entry_id, line.start, line.end)
-        if key not in self._costs:
-            text = self.dated(line)
-            own = day_stamp(text)
-            self._costs[key] = ((own, self.count(text[text.index("]") + 1:].lstrip()) + 1, self.count(f"[{own}]") + 1)
-                                if own else ("", self.count(text) + 1, 0))
-        own, cost, stamp_cost = self._costs[key]
+        own, cost, stamp_cost = self._kept(2, (line.entry_id, line.start, line.end), line.entry_id,
+                                           lambda: self._costs_of(line))
         if own and own not in stamps:
             stamps.add(own)
             cost += stamp_cost
         return cost
+
+    def _costs_of(self, line: Evidence) -> tuple[str, int, int]:
+        """The line's stamp, its cost without it and the stamp's cost (for a line without one: "", its cost, 0)."""
+        text = self.dated(line)
+        own = day_stamp(text)
+        return ((own, self.count(text[text.index("]") + 1:].lstrip()) + 1, self.count(f"[{own}]") + 1)
+                if own else ("", self.count(text) + 1, 0))
 
     def fill(self, ranked: list[Evidence], budget: int, header: Callable[[str], int]) -> list[Evidence]:
         """Lines in rank order while they fit, each group's header (``header(node_id)`` tokens) and stamps
