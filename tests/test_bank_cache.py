@@ -30,7 +30,7 @@ def _amb(tmp_path, embedder, **settings) -> MemoryBank:
 
 
 def _line_index(session):
-    return session.memory_adapter.view.ranking.line_index
+    return session.memory.adapter.view.ranking.line_index
 
 
 def test_two_tasks_on_one_bank_share_its_store_and_layout(embedder, tmp_path):
