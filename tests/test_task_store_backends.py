@@ -131,3 +131,24 @@ def test_two_amb_serve_replicas_on_one_database_share_their_tasks(tmp_path, data
         entries = json.loads(Path(exported).read_text())["interaction_tree"]["entries"]
         assert sorted(entry["text"] for entry in entries) == expected
     assert not (tmp_path / "storage" / "tasks").exists()  # the tasks lived in the database
+
+
+def test_a_task_is_written_whole_at_its_first_change_not_before_its_first_context(bank, store_backend, tmp_path):
+    """Issue 40 item 5: a task's first memory_context, asked at once, does not wait for a copy of the whole bank it
+    started from: the task's bank is first written at its first change. Before that a restart starts the task again
+    from its bank; an unchanged task that ends has its bank written then."""
+    grown = tmp_path / "storage" / "banks" / "notes.sqlite"
+    bank.ingest(" ".join(RESULTS), "notes").store.save(grown)
+    one = replica(bank, store_backend)
+    task_id = one.start(GOAL, bank=grown).task_id
+    session = one.get(task_id)
+    assert "festival" in session.context().lower()
+    assert one.store.task_bank(task_id).saved_id() is None  # nothing copied yet
+    restarted = replica(bank, store_backend).get(task_id)
+    assert len(restarted.store.graph) == len(session.store.graph) >= 1  # started again from the bank
+    restarted.observe("search", {"query": "river"}, result(1))
+    restarted.context()
+    assert restarted.store.save_point is not None and one.store.task_bank(task_id).saved_id() is not None
+    other_id = one.start(GOAL, bank=grown).task_id
+    one.get(other_id).close()
+    assert one.store.task_bank(other_id).saved_id() is not None  # ended unchanged: written then

@@ -141,9 +141,7 @@ class KeptTasks(ABC):
         session = self._open_session(store, namespace=record["namespace"])
         session.resume(json.loads(record["snapshot"]))
         session.state.notices.extend(notices)
-        session.keeper = self
-        if store.save_point is None:
-            session.submit(lambda: self.changed(session))
+        session.keeper = self  # a start never written is written at the task's first change, as at its start
         session.replay(self._pending(task_id))
         return session
 
@@ -177,7 +175,9 @@ class SqliteTaskStore(KeptTasks):
 
     # --- writing ------------------------------------------------------------------------------
     def create(self, session: TaskSession, *, bank, owner: str | None) -> None:
-        """Commit the start record, then queue the store's first full write on the task's thread."""
+        """Commit the start record. The store's first full write waits for the task's first change (or its end):
+        until then a restart starts the task again from the bank it names, and a first ``memory_context`` asked
+        at once does not wait for a copy of the whole bank."""
         path = self.path(session.task_id)
         self.folder.mkdir(parents=True, exist_ok=True)
         record = (session.task_id, session.store.insight_doc.task_goal, bank_record(bank),
@@ -187,7 +187,6 @@ class SqliteTaskStore(KeptTasks):
             connection.execute("INSERT INTO task_record VALUES (?, ?, ?, ?, ?, ?, ?, ?)", record)
             connection.execute("COMMIT")
         session.keeper = self
-        session.submit(lambda: self.changed(session))
 
     def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
         with self._connection(self.path(session.task_id)) as connection:
@@ -207,6 +206,8 @@ class SqliteTaskStore(KeptTasks):
         session.store.export(self.path(session.task_id), also=rows)
 
     def closed(self, session: TaskSession) -> None:
+        if session.store.save_point is None:  # ended before its first change: its bank written now
+            self.changed(session)
         path = self.path(session.task_id)
         self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is in {path}")
 

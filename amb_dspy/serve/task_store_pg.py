@@ -67,7 +67,8 @@ class PostgresTaskStore(KeptTasks):
 
     # --- writing ------------------------------------------------------------------------------
     def create(self, session: TaskSession, *, bank, owner: str | None) -> None:
-        """Commit the start record, then queue the store's first full write on the task's thread."""
+        """Commit the start record; the store's first full write waits for the task's first change or its end
+        (:meth:`SqliteTaskStore.create <amb_dspy.serve.task_store.SqliteTaskStore.create>` says why)."""
         record = (session.task_id, session.store.insight_doc.task_goal, bank_record(bank), session.namespace, owner,
                   "open", None, json.dumps(session.snapshot(), ensure_ascii=False))
         with transaction(self.database_url) as connection:
@@ -75,7 +76,6 @@ class PostgresTaskStore(KeptTasks):
                                "snapshot) VALUES (%s, %s, %s, %s, %s, %s, %s, %s)", record)
         self._saw(session.task_id, 0)
         session.keeper = self
-        session.submit(lambda: self.changed(session))
 
     def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
         """Keep the result (committed before the call replies); the task's version moves on."""
@@ -111,6 +111,8 @@ class PostgresTaskStore(KeptTasks):
             session.store.export(place, also=rows)
 
     def closed(self, session: TaskSession) -> None:
+        if session.store.save_point is None:  # ended before its first change: its bank written now
+            self.changed(session)
         place = self.task_bank(session.task_id)
         self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is {place}")
 
