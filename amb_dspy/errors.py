@@ -10,6 +10,8 @@ One signal stays outside on purpose: :class:`amb_dspy.lm.LMCallCapReached` is a 
 like ``KeyboardInterrupt``, because it must pass through the ``except Exception`` of DSPy's callback
 runner, ReAct's tool loop and the agents to stop a run; it is a stop, not an error, and the bank turns
 it into the run's termination. Doors that run library code (the tool table) catch it by name.
+So does :class:`amb_dspy.task.result.RunInterrupted`, a ``KeyboardInterrupt`` that carries an interrupted run's
+memory: every ``except KeyboardInterrupt`` still sees Ctrl-C.
 """
 
 from __future__ import annotations

@@ -14,7 +14,9 @@ from amb_dspy.errors import AmbError, InputError, UserError
 
 # A stop signal, not an error: a BaseException so that it passes through the `except Exception` of DSPy's
 # callback runner, ReAct's tool loop and the agents (see amb_dspy.errors).
-OUTSIDE_ON_PURPOSE = {"amb_dspy.lm.usage.LMCallCapReached"}
+# Stops, not errors: the LM call cap, and an interrupted run carrying its memory (a KeyboardInterrupt, so that
+# every `except KeyboardInterrupt` still sees Ctrl-C)
+OUTSIDE_ON_PURPOSE = {"amb_dspy.lm.usage.LMCallCapReached", "amb_dspy.task.result.RunInterrupted"}
 
 
 def _exception_classes() -> dict[str, type[BaseException]]:
