@@ -14,6 +14,11 @@ serve --policy heuristic`` in a child process, the mcp SDK's own client; ``mcp_*
 asked at once (the bank read and laid out), then ``--tasks`` tasks, each ended before the next starts.
 
     python bench/bank_questions.py /tmp/cache/bank_1000000.sqlite
+    python bench/with_postgres.py python bench/bank_questions.py BANK.sqlite --database {url}
+
+With ``--database URL`` the bank file is first copied into that PostgreSQL database as the bank ``bench``
+(``copy_s``), and every task (and ``amb serve --database``) starts from there: the process reads it from the
+database as a replica that has just started does.
 """
 
 from __future__ import annotations
@@ -45,13 +50,19 @@ def main() -> None:
     parser.add_argument("--think", type=float, default=3.0, help="seconds between the second task's start and its first question")
     parser.add_argument("--tasks", type=int, default=15, help="tasks started warm, on the bank the first tasks opened")
     parser.add_argument("--mcp", action="store_true", help="the warm starts over MCP stdio too (amb serve)")
+    parser.add_argument("--database", default="", help="a PostgreSQL URL: the bank is copied there first and read from there")
     args = parser.parse_args()
     questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines()][: args.n + 1]
     embedder = default_embedder()
     embedder.embed(["warm-up"])
     work = Path(tempfile.mkdtemp(prefix="amb-bank-questions-"))
-    bank = MemoryBank(AmbConfig(policy="heuristic", storage_dir=work / "storage", temp_dir=work / "temp"), embedder=embedder)
-    row = {"load": round(os.getloadavg()[0], 2)}
+    row = {"load": round(os.getloadavg()[0], 2), "backend": "postgresql" if args.database else "sqlite"}
+    if args.database:
+        row["copy_s"] = copied_into_database(args.database, args.bank, embedder)
+        args.bank = "bench"
+    config = AmbConfig(policy="heuristic", storage_dir=work / "storage", temp_dir=work / "temp",
+                       database_url=args.database)
+    bank = MemoryBank(config, embedder=embedder)
     for think in (0.0, args.think):
         started = time.perf_counter()
         session = bank.start_session(questions[0], bank=args.bank)
@@ -70,10 +81,20 @@ def main() -> None:
                p95_ms=round(1000 * times[max(0, int(0.95 * len(times)) - 1)], 1))
     row.update(warm_starts(bank, args.bank, questions, args.tasks))
     if args.mcp:
-        row.update(asyncio.run(over_mcp(Path(args.bank).resolve(), questions, args.tasks, work)))
+        row.update(asyncio.run(over_mcp(args.bank, questions, args.tasks, work, args.database)))
     row.update(rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024), load_after=round(os.getloadavg()[0], 2))
     print("  ".join(f"{key} {value}" for key, value in row.items()))
     print(json.dumps(row))
+
+
+def copied_into_database(url: str, bank_file: str, embedder) -> float:
+    """Copy the bank file into the database at ``url`` as the bank ``bench``; the seconds it took."""
+    from amb_dspy.memory.graph_ops import MemoryStore
+    from amb_dspy.storage.bank_pg import DatabaseBank
+
+    started = time.perf_counter()
+    MemoryStore.load(bank_file, embedder).save(DatabaseBank(url, "bench"))
+    return round(time.perf_counter() - started, 2)
 
 
 def warm_starts(bank: MemoryBank, bank_file: str, questions: list[str], tasks: int) -> dict[str, float]:
@@ -95,13 +116,19 @@ def warm_starts(bank: MemoryBank, bank_file: str, questions: list[str], tasks: i
             "warm_total_ms": round(1000 * statistics.median(totals), 1)}
 
 
-async def over_mcp(bank_file: Path, questions: list[str], tasks: int, work: Path) -> dict[str, float]:
-    """:func:`warm_starts` over MCP stdio, after a first task (cold: the server reads and lays out the bank)."""
+async def over_mcp(bank: str, questions: list[str], tasks: int, work: Path, database: str) -> dict[str, float]:
+    """:func:`warm_starts` over MCP stdio, after a first task (cold: the server reads and lays out the bank), on
+    a bank file or, with ``database``, the bank of that name there."""
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": str(root), "AMB_STORAGE_DIR": str(work / "mcp"), "AMB_RECALL": "0"}
-    serve = [str(root / "cli.py"), "serve", "--policy", "heuristic", "--allow-dir", str(bank_file.parent)]
+    serve = [str(root / "cli.py"), "serve", "--policy", "heuristic"]
+    if database:
+        serve += ["--database", database]
+    else:
+        bank = str(Path(bank).resolve())
+        serve += ["--allow-dir", str(Path(bank).parent)]
 
     async def call(session: ClientSession, tool: str, **arguments) -> dict:
         result = await session.call_tool(tool, arguments)
@@ -116,7 +143,7 @@ async def over_mcp(bank_file: Path, questions: list[str], tasks: int, work: Path
         await session.initialize()
         for number in range(tasks + 1):
             started = time.perf_counter()
-            task = (await call(session, "memory_start_task", goal=questions[number % len(questions)], bank=str(bank_file)))
+            task = (await call(session, "memory_start_task", goal=questions[number % len(questions)], bank=bank))
             opened = time.perf_counter()
             await call(session, "memory_context", task_id=task["task_id"])
             done = time.perf_counter()
