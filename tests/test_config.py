@@ -28,6 +28,7 @@ SETTINGS = [
     ("retrieval_alpha", "0.25", 0.25, "retrieval"),
     ("memory_view", "summary", "summary", "view"),
     ("memory_tokens", "700", 700, "view"),
+    ("bank_cache", "2", 2, "view"),
     ("rank_weights", '{"node_weight": 0.4, "spread_seeds": 2}', RankWeights(node_weight=0.4, spread_seeds=2), "view"),
     ("embedding_batch_size", "5", 5, "embedding"),
     ("embedder", "openai/text-embedding-3-small", "dspy:openai/text-embedding-3-small", "embedding"),
