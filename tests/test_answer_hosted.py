@@ -54,8 +54,7 @@ def test_a_run_over_a_bank_through_the_server_prints_an_answer_and_exits_0(serve
     bank_file = tmp_path / "notes.json"
     ingest = MemoryBank(AmbConfig(policy="heuristic", storage_dir=tmp_path / "s", temp_dir=tmp_path / "t"),
                         lm=ScriptedLM(), embedder=embedder)  # no LM call: heuristic ingest
-    ingest.ingest((ROOT / "datasets" / "demo-notes.md").read_text(), "notes")
-    ingest.export(bank_file)
+    ingest.ingest((ROOT / "datasets" / "demo-notes.md").read_text(), "notes").export(bank_file)
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LLM_BASE_URL": server, "LLM_API_KEY": "none",
            "AMB_STORAGE_DIR": str(tmp_path / "storage"), "AMB_TEMP_DIR": str(tmp_path / "temp")}
