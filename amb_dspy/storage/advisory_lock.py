@@ -14,80 +14,45 @@ ever starving each other of one.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 from amb_dspy.errors import one_line
+from amb_dspy.storage.bank_lock import HeldOnce
 from amb_dspy.storage.postgres import DatabaseError, database_pool, lock_key, shown, transaction
 
 
-@dataclass
-class _Held:
-    """One lock's state in this process: its thread lock, the connection holding it, how deep."""
-
-    threads: threading.RLock = field(default_factory=threading.RLock)
-    connection: Any = None
-    depth: int = 0
-    holder: int | None = None  # the thread holding it
-
-
-_HELD: dict[tuple[str, str], _Held] = {}
-_HELD_GUARD = threading.Lock()
-
-
-class AdvisoryLock:
+class AdvisoryLock(HeldOnce):
     """:class:`~amb_dspy.storage.bank_lock.BankLock` as the advisory lock ``name`` of the database at ``url``."""
 
     def __init__(self, url: str, name: str):
         self.url, self.name = url, name
-        with _HELD_GUARD:
-            self._held = _HELD.setdefault((url, name), _Held())
+        super().__init__(("advisory", url, name))
 
-    def acquire(self, wait: bool = True) -> bool:
-        held = self._held
-        if not held.threads.acquire(blocking=wait):
-            return False
-        if held.depth == 0:
-            try:
-                held.connection = self._lock(wait)
-            except BaseException:
-                held.threads.release()
-                raise
-            if held.connection is None:
-                held.threads.release()
-                return False
-            held.holder = threading.get_ident()
-        held.depth += 1
-        return True
+    def _take(self, wait: bool) -> Any:
+        return self._lock(wait)
 
-    def release(self) -> None:
-        held = self._held
-        held.depth -= 1
-        if held.depth == 0 and held.connection is not None:
-            connection, held.connection, held.holder = held.connection, None, None
-            try:
-                connection.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self.name),))
-                connection.commit()
-            except Exception:  # noqa: BLE001 - a broken connection: closing it lets the lock go all the same
-                connection.close()
-            finally:
-                database_pool(self.url).putconn(connection)
-        held.threads.release()
+    def _let_go(self, connection: Any) -> None:
+        try:
+            connection.execute("SELECT pg_advisory_unlock(%s)", (lock_key(self.name),))
+            connection.commit()
+        except Exception:  # noqa: BLE001 - a broken connection: closing it lets the lock go all the same
+            connection.close()
+        finally:
+            database_pool(self.url).putconn(connection)
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A transaction on the lock's connection when this thread holds the lock, else on a pooled one
         (:func:`~amb_dspy.storage.postgres.transaction`); committed when the block ends, rolled back on an error."""
-        held = self._held
-        if held.holder != threading.get_ident() or held.connection is None:
+        connection = self.held_here()
+        if connection is None:
             with transaction(self.url) as connection:
                 yield connection
             return
-        with held.connection.transaction():
-            yield held.connection
+        with connection.transaction():
+            yield connection
 
     def _lock(self, wait: bool) -> Any:
         """A pooled connection holding the lock; None when another holds it and ``wait`` is False."""
@@ -110,10 +75,3 @@ class AdvisoryLock:
             return connection
         pool.putconn(connection)
         return None
-
-    def __enter__(self) -> AdvisoryLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

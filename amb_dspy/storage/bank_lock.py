@@ -21,9 +21,10 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from amb_dspy.files import PRIVATE_MODE
 
@@ -48,25 +49,41 @@ class BankLock(Protocol):
 
 @dataclass
 class _Held:
-    """A bank lock file's state in this process: its thread lock, its open file while held, how deep."""
+    """One lock's state in this process: its thread lock, what holds it across processes while it is held (an open
+    lock file, a database connection), which thread holds it and how deep."""
 
     threads: threading.RLock = field(default_factory=threading.RLock)
-    fd: int | None = None
+    handle: Any = None
+    holder: int | None = None
     depth: int = 0
 
 
-_HELD: dict[Path, _Held] = {}
+_HELD: dict[tuple, _Held] = {}
 _HELD_GUARD = threading.Lock()
 
 
-class FileBankLock:
-    """:class:`BankLock` as an exclusive ``flock`` on ``BANK.lock`` (see the module docstring)."""
+class HeldOnce(ABC):
+    """A :class:`BankLock` held once per process and re-entered by the thread holding it (other threads wait as
+    other processes do): the one place that keeps a lock's depth. A subclass says how the lock is taken across
+    processes (:meth:`_take`, giving a handle, or None when another holds it and ``wait`` is False) and let go
+    (:meth:`_let_go`). ``key``: one state per key in the process."""
 
-    def __init__(self, bank: str | Path):
-        bank = Path(bank).expanduser().resolve()  # one lock for every path that leads to the bank
-        self.path = bank.with_name(bank.name + LOCK_SUFFIX)
+    def __init__(self, key: tuple):
         with _HELD_GUARD:
-            self._held = _HELD.setdefault(self.path, _Held())
+            self._held = _HELD.setdefault(key, _Held())
+
+    @abstractmethod
+    def _take(self, wait: bool) -> Any:
+        """What holds the lock across processes; None when another holds it and ``wait`` is False."""
+
+    @abstractmethod
+    def _let_go(self, handle: Any) -> None:
+        """Let go of the lock ``handle`` holds."""
+
+    def held_here(self) -> Any:
+        """The handle when the calling thread holds the lock; None otherwise."""
+        held = self._held
+        return held.handle if held.holder == threading.get_ident() else None
 
     def acquire(self, wait: bool = True) -> bool:
         held = self._held
@@ -74,23 +91,48 @@ class FileBankLock:
             return False
         if held.depth == 0:
             try:
-                held.fd = self._lock_file(wait)
+                held.handle = self._take(wait)
             except BaseException:
                 held.threads.release()
                 raise
-            if held.fd is None:
+            if held.handle is None:
                 held.threads.release()
                 return False
+            held.holder = threading.get_ident()
         held.depth += 1
         return True
 
     def release(self) -> None:
         held = self._held
         held.depth -= 1
-        if held.depth == 0 and held.fd is not None:
-            os.close(held.fd)  # closing the only descriptor lets the flock go
-            held.fd = None
-        held.threads.release()
+        try:
+            if held.depth == 0 and held.handle is not None:
+                handle, held.handle, held.holder = held.handle, None, None
+                self._let_go(handle)
+        finally:
+            held.threads.release()
+
+    def __enter__(self) -> HeldOnce:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class FileBankLock(HeldOnce):
+    """:class:`BankLock` as an exclusive ``flock`` on ``BANK.lock`` (see the module docstring)."""
+
+    def __init__(self, bank: str | Path):
+        bank = Path(bank).expanduser().resolve()  # one lock for every path that leads to the bank
+        self.path = bank.with_name(bank.name + LOCK_SUFFIX)
+        super().__init__(("file", self.path))
+
+    def _take(self, wait: bool) -> int | None:
+        return self._lock_file(wait)
+
+    def _let_go(self, handle: int) -> None:
+        os.close(handle)  # closing the only descriptor lets the flock go
 
     def _lock_file(self, wait: bool) -> int | None:
         """The lock file, open and flocked; None when another holds it and ``wait`` is False."""
@@ -105,13 +147,6 @@ class FileBankLock:
             os.close(fd)
             raise
         return fd
-
-    def __enter__(self) -> FileBankLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def bank_lock(bank: str | Path) -> BankLock:
