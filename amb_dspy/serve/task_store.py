@@ -105,6 +105,22 @@ class KeptTasks(ABC):
     def changed(self, session: TaskSession, observed: int | None = None) -> None:
         """Commit the task's store and the rest of the task together; ``observed``: the pending result it took."""
 
+    @abstractmethod
+    def _set_closed(self, task_id: str, line: str) -> None:
+        """Mark the open task closed, ``line`` saying why and where its bank is."""
+
+    def _where(self, task_id: str) -> str:
+        """Where the task's bank is, as the line of an ended task says it."""
+        return str(self.task_bank(task_id))
+
+    def closed(self, session: TaskSession) -> None:
+        if session.store.save_point is None:  # ended before its first change: its bank written now
+            self.changed(session)
+        self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is {self._where(session.task_id)}")
+
+    def close(self, task_id: str, line: str) -> None:
+        self._set_closed(task_id, line)
+
     def closed_where(self, task_id: str, owner: str | None) -> str | None:
         record = self._record(task_id)
         if record is None or record["owner"] != owner or record["status"] == "open":
@@ -205,14 +221,8 @@ class SqliteTaskStore(KeptTasks):
 
         session.store.export(self.path(session.task_id), also=rows)
 
-    def closed(self, session: TaskSession) -> None:
-        if session.store.save_point is None:  # ended before its first change: its bank written now
-            self.changed(session)
-        path = self.path(session.task_id)
-        self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is in {path}")
-
-    def close(self, task_id: str, line: str) -> None:
-        self._set_closed(task_id, line)
+    def _where(self, task_id: str) -> str:
+        return f"in {self.path(task_id)}"
 
     def _set_closed(self, task_id: str, line: str) -> None:
         with self._connection(self.path(task_id)) as connection:

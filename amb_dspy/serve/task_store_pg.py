@@ -110,15 +110,6 @@ class PostgresTaskStore(KeptTasks):
 
             session.store.export(place, also=rows)
 
-    def closed(self, session: TaskSession) -> None:
-        if session.store.save_point is None:  # ended before its first change: its bank written now
-            self.changed(session)
-        place = self.task_bank(session.task_id)
-        self._set_closed(session.task_id, f"task {session.task_id} was ended; its bank is {place}")
-
-    def close(self, task_id: str, line: str) -> None:
-        self._set_closed(task_id, line)
-
     def _set_closed(self, task_id: str, line: str) -> None:
         with transaction(self.database_url) as connection:
             connection.execute("UPDATE task_record SET status = 'closed', closed_line = %s, version = version + 1 "
