@@ -46,7 +46,7 @@ from amb_dspy.longterm.checks import (  # noqa: F401 - MAX_CONTENT_CHARS is part
     check_kind,
     check_namespace,
 )
-from amb_dspy.longterm.errors import ItemNotFoundError, LongTermInputError
+from amb_dspy.longterm.errors import ItemNotFoundError, LongTermInputError, StoreUnavailableError
 from amb_dspy.longterm.items import AuditAction, AuditRecord, ItemMetadata, MemoryItem, SourceSpan  # noqa: F401
 from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.longterm.merge import DEDUP_THRESHOLD, Merger, merge_items
@@ -61,6 +61,7 @@ from amb_dspy.longterm.scoring import (
 )
 from amb_dspy.longterm.statements import different_facts
 from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.retrieval.keyword import tokenize
 
 MemoryKind = Literal["profile", "domain", "trace", "tool"]
@@ -290,6 +291,18 @@ class LongTermStore(ABC):
             self._apply(change)
             if self.ledger is not None:
                 self.ledger.record(self._count())
+
+    def _made_by_this_embedder(self, recorded: dict[str, str], where: object) -> tuple[str, int]:
+        """Refuse (one line) a store whose recorded embedder (``recorded``: its ``dim`` and ``model``, where known) is
+        not this one: vectors of two models are never mixed. The embedder's name and dimension, to record."""
+        name, dim = embedding_model_name(self.embedder), self.embedder.dim
+        if recorded.get("dim", str(dim)) != str(dim):
+            raise StoreUnavailableError(f"long-term store {where}: holds {recorded['dim']}-d embeddings, the "
+                                        f"embedder gives {dim}-d")
+        if recorded.get("model", name) != name:
+            raise StoreUnavailableError(f"long-term store {where}: holds vectors of {recorded['model']}, the embedder "
+                                        f"is {name} (AMB_EMBEDDER): open it with the embedder that made it")
+        return name, dim
 
     def _embed(self, text: str) -> np.ndarray:
         return np.asarray(self.embedder.embed([text])[0], dtype=np.float32)

@@ -32,7 +32,6 @@ from amb_dspy.longterm.base import AuditRecord, Change, ItemMetadata, Kind, Long
 from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.kind_indexes import built_indexes, candidates
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.storage.postgres import DatabaseError, lock_key, migrate, shown, transaction
 
@@ -129,13 +128,7 @@ class PostgresStore(LongTermStore):
     def _check_embedder(self, connection) -> None:
         """Record the embedder's name and dimension in a new store; refuse one made by another embedder."""
         meta = dict(connection.execute("SELECT key, value FROM amb_longterm_meta").fetchall())
-        name, dim = embedding_model_name(self.embedder), self.embedder.dim
-        if meta.get("dim", str(dim)) != str(dim):
-            raise StoreUnavailableError(f"long-term store {self.where}: holds {meta['dim']}-d embeddings, the "
-                                        f"embedder gives {dim}-d")
-        if meta.get("model", name) != name:
-            raise StoreUnavailableError(f"long-term store {self.where}: holds vectors of {meta['model']}, the "
-                                        f"embedder is {name} (AMB_EMBEDDER): open it with the embedder that made it")
+        name, dim = self._made_by_this_embedder(meta, self.where)
         if not meta:
             connection.execute("INSERT INTO amb_longterm_meta (key, value) VALUES ('dim', %s), ('model', %s) "
                                "ON CONFLICT (key) DO NOTHING", (str(dim), name))

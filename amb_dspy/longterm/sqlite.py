@@ -34,7 +34,6 @@ from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.kind_indexes import candidates
 from amb_dspy.longterm.ledger import Ledger
 from amb_dspy.retrieval.embedding import Embedder
-from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.retrieval.hybrid import HybridIndex
 
 SCHEMA_VERSION = 1
@@ -136,13 +135,7 @@ class SQLiteStore(LongTermStore):
         """Record the embedder's name and dimension in a new store; refuse one made by another embedder (one line).
         A store from before names were recorded takes the name of the first embedder of its dimension that opens it."""
         meta = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('dim', 'model')").fetchall())
-        name, dim = embedding_model_name(self.embedder), self.embedder.dim
-        if meta.get("dim", str(dim)) != str(dim):
-            raise StoreUnavailableError(f"long-term store {self.path}: holds {meta['dim']}-d embeddings, the "
-                                        f"embedder gives {dim}-d")
-        if meta.get("model", name) != name:
-            raise StoreUnavailableError(f"long-term store {self.path}: holds vectors of {meta['model']}, the embedder "
-                                        f"is {name} (AMB_EMBEDDER): open it with the embedder that made it")
+        name, dim = self._made_by_this_embedder(meta, self.path)
         self._db.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [("dim", str(dim)), ("model", name)])
 
     def _load(self) -> None:
