@@ -29,8 +29,7 @@ from typing import Any
 
 from amb_dspy.memory.graph_ops import MemoryStore
 from amb_dspy.retrieval.embedding_base import Embedder, embedding_model_name
-from amb_dspy.storage.bank_db import is_bank_db, saved_id
-from amb_dspy.storage.bank_place import FileBank, bank_at
+from amb_dspy.storage.bank_place import BankPlace, FileBank, bank_at
 from amb_dspy.storage.insight_doc import InsightDoc
 
 DEFAULT_SIZE = 4  # bank versions kept (AMB_BANK_CACHE)
@@ -66,11 +65,8 @@ class BankCache:
         when the bank is bad or missing."""
         place = bank_at(where)
         if isinstance(place, FileBank):
-            place = FileBank(place.path.resolve())
-            version = self.version(place.path)
-        else:
-            version = f"save {place.saved_id()}"
-        return self.lend((repr(place), version), embedder, insight_doc, notices,
+            place = FileBank(place.path.resolve())  # one entry for every path that leads to the file
+        return self.lend((repr(place), self.version(place)), embedder, insight_doc, notices,
                          lambda said: MemoryStore.load_for_task(place, embedder, None, notices=said))
 
     def lend(self, bank: tuple, embedder: Embedder, insight_doc: InsightDoc | None, notices: list[str],
@@ -110,12 +106,13 @@ class BankCache:
             if self._entries.get(key) is entry:
                 del self._entries[key]
 
-    def version(self, path: Path) -> str:
-        """The bank's version: a bank database's save id, a JSON file's content fingerprint ("" for no file: its
-        reading then fails with the file's own error)."""
+    def version(self, place: BankPlace) -> str:
+        """The bank's version: a bank database's save id (a file's or PostgreSQL's), a JSON file's content
+        fingerprint ("" for no file: its reading then fails with the file's own error)."""
+        if place.grows:
+            return f"save {place.saved_id()}"
+        path = place.path
         try:
-            if is_bank_db(path):
-                return f"save {saved_id(path)}"
             stat = path.stat()
         except OSError:
             return ""
