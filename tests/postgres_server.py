@@ -9,6 +9,7 @@ with that line (the README says how to install PostgreSQL).
 from __future__ import annotations
 
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -27,9 +28,20 @@ def _bin_dir() -> Path | None:
     return Path(found).parent if found else None
 
 
-def skip_reason() -> str | None:
-    """Why PostgreSQL tests cannot run here; None when they can."""
-    if _bin_dir() is None:
+def pgvector_bin_dir() -> Path | None:
+    """The bin folder of the PostgreSQL 16 with pgvector that the ``pgserver`` wheel ships (found without importing
+    it: only its binaries are used); None when the package is not installed."""
+    spec = importlib.util.find_spec("pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations)), "pginstall", "bin")
+    return folder if Path(folder, "initdb").is_file() else None
+
+
+def skip_reason(bin_dir: Path | None = None) -> str | None:
+    """Why PostgreSQL tests cannot run here (with the binaries of ``bin_dir``, else the system's); None when they
+    can."""
+    if (bin_dir or _bin_dir()) is None:
         return "PostgreSQL is not installed (apt-get install postgresql): the PostgreSQL store tests are skipped"
     try:
         import psycopg  # noqa: F401
@@ -48,12 +60,12 @@ def _free_port() -> int:
 
 
 class PostgresServer:
-    """One throwaway cluster; ``url(database)`` names a database on it, ``new_database()`` makes a fresh one."""
+    """One throwaway cluster (the system's PostgreSQL, or the one in ``bin_dir``); ``url(database)`` names a database on it, ``new_database()`` makes a fresh one."""
 
-    def __init__(self) -> None:
+    def __init__(self, bin_dir: Path | None = None) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="amb-pg-"))
         self.port = _free_port()
-        self._bin = _bin_dir()
+        self._bin = bin_dir or _bin_dir()
         self._as_postgres = os.geteuid() == 0
 
     def _run(self, *argv: str) -> None:

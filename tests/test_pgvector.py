@@ -1,0 +1,94 @@
+"""Issue 40: vectors in pgvector where the server has it, float32 ``BYTEA`` where it does not. A bank's node vectors
+and long-term items' vectors are ``vector`` columns on the PostgreSQL with pgvector (the ``pgserver`` wheel's, the
+``pgvector_database_url`` fixture) and ``BYTEA`` on the stock server; a database of the old schema (``BYTEA`` on a
+server with pgvector) opens and is converted, every vector kept; and both servers give identical answers. Real
+servers, the real embedding model; the heuristic policy (no LM)."""
+
+from __future__ import annotations
+
+import pytest
+from test_bank_store import grown, same_bank, sessions  # noqa: F401 - fixtures: two sessions' bank
+
+from amb_dspy.longterm import postgres as longterm_pg
+from amb_dspy.longterm.postgres import PostgresStore
+from amb_dspy.memory.graph_ops import MemoryStore
+from amb_dspy.storage import bank_pg, pg_vectors, postgres
+from amb_dspy.storage.bank_pg import DatabaseBank
+
+FACTS = ["The Seine flows through Paris before reaching the English Channel at Le Havre.",
+         "The Tidewater Lantern Festival is held every spring in the harbour of Port Merrow.",
+         "Caroline moved from Sweden four years ago and keeps her grandmother's necklace.",
+         "The river Loire is the longest river in France, rising in the Massif Central."]
+QUESTIONS = ["Which river reaches the sea at Le Havre?", "When is the lantern festival?", "Where is Caroline from?"]
+
+
+def column_types(url: str) -> dict[str, str]:
+    """The type of each vector column, as the database's catalogue says (``vector`` or ``bytea``)."""
+    with postgres.transaction(url) as connection:
+        return dict(connection.execute(
+            "SELECT table_name, udt_name FROM information_schema.columns WHERE column_name = 'vector' "
+            "AND table_name IN ('bank_nodes', 'amb_longterm_items')").fetchall())
+
+
+def answers(url: str, embedder) -> tuple[list, list]:
+    """The bank's and the long-term store's answers to the questions, read fresh from the database at ``url``."""
+    bank = MemoryStore.load(DatabaseBank(url, "bank"), embedder)
+    longterm_pg._cache.clear()  # the search ranks on indexes built from the rows, not on this process's writes
+    store = PostgresStore(url, embedder)
+    return ([[node.id for node in bank.retrieve_for_text(q, k=3)] for q in QUESTIONS],
+            [[(h.item.content, round(h.score, 6)) for h in store.search("ns", q, k=2)] for q in QUESTIONS])
+
+
+def stored_vectors(url: str) -> dict[str, bytes]:
+    """Every stored vector by its row, as float32 bytes, whichever way the database keeps it."""
+    with postgres.transaction(url) as connection:
+        pg_vectors.vector_column(connection, url, "bank_nodes")
+        pg_vectors.vector_column(connection, url, "amb_longterm_items")
+        rows = connection.cursor(binary=True).execute(
+            "SELECT 'node ' || id, vector FROM bank_nodes UNION ALL SELECT 'item ' || content, vector "
+            "FROM amb_longterm_items").fetchall()
+    return {key: pg_vectors.float32_bytes(vector) for key, vector in rows}
+
+
+def fill(url: str, bank: MemoryStore, embedder) -> None:
+    """The bank saved as ``bank`` and the facts written to namespace ``ns`` in the database at ``url``."""
+    bank.save(DatabaseBank(url, "bank"))
+    PostgresStore(url, embedder).add_many("ns", FACTS, "fact")
+
+
+def test_vectors_are_pgvector_columns_where_the_server_has_it_and_bytea_where_not(
+        grown, embedder, database_url, pgvector_database_url):  # noqa: F811
+    for url in (database_url, pgvector_database_url):
+        fill(url, grown, embedder)
+    assert column_types(database_url) == {"bank_nodes": "bytea", "amb_longterm_items": "bytea"}
+    assert column_types(pgvector_database_url) == {"bank_nodes": "vector", "amb_longterm_items": "vector"}
+    same_bank(MemoryStore.load(DatabaseBank(database_url, "bank"), embedder),
+              MemoryStore.load(DatabaseBank(pgvector_database_url, "bank"), embedder))
+    assert stored_vectors(pgvector_database_url) == stored_vectors(database_url)  # float32, bit for bit
+    assert answers(pgvector_database_url, embedder) == answers(database_url, embedder)
+
+
+def test_a_bytea_database_of_the_old_schema_is_converted_when_opened(
+        grown, embedder, pgvector_database_url, monkeypatch):  # noqa: F811
+    url = pgvector_database_url
+    with monkeypatch.context() as old_code:  # the schema before pgvector: step 1 of each component
+        old_code.setattr(bank_pg, "SCHEMA", bank_pg.SCHEMA[:1])
+        old_code.setattr(longterm_pg, "SCHEMA", longterm_pg.SCHEMA[:1])
+        fill(url, grown, embedder)
+        before, old_answers = stored_vectors(url), answers(url, embedder)
+    assert column_types(url) == {"bank_nodes": "bytea", "amb_longterm_items": "bytea"}
+    postgres._migrated.clear()  # as a process of the new code that starts now finds it
+    pg_vectors._columns.clear()
+    assert answers(url, embedder) == old_answers
+    assert column_types(url) == {"bank_nodes": "vector", "amb_longterm_items": "vector"}
+    assert stored_vectors(url) == before and len(before) == len(grown.graph) + len(FACTS)
+    assert postgres.schema_version(url, "banks") == len(bank_pg.SCHEMA)
+    assert postgres.schema_version(url, "longterm") == len(longterm_pg.SCHEMA)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_vector_caches():
+    """This process's caches of what each database holds start and end empty (they are per URL: no test's leaks)."""
+    yield
+    pg_vectors._columns.clear()
+    longterm_pg._cache.clear()
