@@ -6,6 +6,9 @@ servers, the real embedding model; the heuristic policy (no LM)."""
 
 from __future__ import annotations
 
+import uuid
+
+import psycopg
 import pytest
 from test_bank_store import grown, same_bank, sessions  # noqa: F401 - fixtures: two sessions' bank
 
@@ -84,6 +87,28 @@ def test_a_bytea_database_of_the_old_schema_is_converted_when_opened(
     assert stored_vectors(url) == before and len(before) == len(grown.graph) + len(FACTS)
     assert postgres.schema_version(url, "banks") == len(bank_pg.SCHEMA)
     assert postgres.schema_version(url, "longterm") == len(longterm_pg.SCHEMA)
+
+
+@pytest.mark.parametrize("created_by_a_superuser", [True, False])
+def test_a_role_that_may_not_create_the_extension_works_and_is_told_how_to_have_pgvector(
+        grown, embedder, pgvector_server, capsys, created_by_a_superuser):  # noqa: F811
+    name = f"app_{uuid.uuid4().hex[:10]}"  # a database owned by a role that is not a superuser, as a team's would be
+    with psycopg.connect(pgvector_server.url(), autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {name} LOGIN")
+        admin.execute(f"CREATE DATABASE {name} OWNER {name}")
+    if created_by_a_superuser:
+        with psycopg.connect(pgvector_server.url(name), autocommit=True) as admin:
+            admin.execute("CREATE EXTENSION vector")
+    url = pgvector_server.url(name).replace("postgres@", f"{name}@")
+    fill(url, grown, embedder)
+    kept = "vector" if created_by_a_superuser else "bytea"
+    assert column_types(url) == {"bank_nodes": kept, "amb_longterm_items": kept}
+    same_bank(grown, MemoryStore.load(DatabaseBank(url, "bank"), embedder))
+    told = [line for line in capsys.readouterr().err.splitlines() if "pgvector" in line]
+    assert told == ([] if created_by_a_superuser else [
+        f"note: the server has pgvector but this role may not create it in {name!r}: vectors are kept as float32 BYTEA "
+        f"(to keep them in pgvector, a superuser runs CREATE EXTENSION vector in {name!r} before amb-dspy first uses "
+        "it)"] * 2)  # once for the banks' schema, once for long-term memory's
 
 
 @pytest.fixture(autouse=True)

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from amb_dspy.notices import notice
 from amb_dspy.storage.postgres import DatabaseError, Step
 
 if TYPE_CHECKING:
@@ -69,14 +70,30 @@ def vector_columns_step(*columns: tuple[str, str, tuple[str, ...]]) -> Step:
     extension (its float32 ``BYTEA`` rows converted), and leaves them ``BYTEA`` where it has not."""
 
     def step(connection: psycopg.Connection) -> None:
-        if not server_has_pgvector(connection):
+        if not server_has_pgvector(connection) or not _created(connection):
             return
-        connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
         _register(connection)
         for table, column, keys in columns:
             _convert(connection, table, column, keys)
 
     return step
+
+
+def _created(connection: psycopg.Connection) -> bool:
+    """Create the ``vector`` extension in the database unless it is there; False, with a notice, when this role may
+    not (pgvector is not a trusted extension: a superuser creates it): the vectors then stay ``BYTEA``."""
+    import psycopg
+
+    try:
+        with connection.transaction():  # a savepoint: a refusal leaves the migration's transaction usable
+            connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    except psycopg.errors.InsufficientPrivilege:
+        database = connection.info.dbname
+        notice(f"the server has pgvector but this role may not create it in {database!r}: vectors are kept as float32 "
+               f"BYTEA (to keep them in pgvector, a superuser runs CREATE EXTENSION vector in {database!r} before "
+               "amb-dspy first uses it)")
+        return False
+    return True
 
 
 def _convert(connection: psycopg.Connection, table: str, column: str, keys: tuple[str, ...]) -> None:
