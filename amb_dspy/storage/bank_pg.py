@@ -9,7 +9,7 @@ transaction back). The bank's write lock is an advisory lock (:mod:`amb_dspy.sto
 vector is a pgvector ``vector`` where the server has the extension, float32 ``BYTEA`` on a stock server
 (:mod:`amb_dspy.storage.pg_vectors`; schema step 2 converts a database of step 1); either way a bank's vectors are
 read whole into FAISS, the process's cache of them. The line vectors stay one float32 ``BYTEA`` block per save: a
-block is not one vector, and only this process's layout reads them.
+block holds many vectors, read whole by the view's layout.
 
 Tables (schema component ``banks``, :func:`~amb_dspy.storage.postgres.migrate`)::
 

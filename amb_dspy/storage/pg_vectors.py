@@ -11,7 +11,7 @@ hybrid BM25 + FAISS index), so no pgvector index, which would need a fixed dimen
 :func:`vector_column` tells a store, once per process and column, which of the two a database holds, and readies a
 connection for it: the ``pgvector`` package's psycopg adapter is registered on the connection, so a vector goes
 in as a numpy array and comes out of a binary cursor as fast as ``BYTEA`` (bench/pg_vector_read.py: its text
-form, ``::real[]`` and ``::text`` are 8 to 20 times slower for 5,000 x 384). Stores pass :meth:`VectorColumn.value`
+form, ``::real[]`` and ``::text`` are 11 to 20 times slower for 5,000 x 384). Stores pass :meth:`VectorColumn.value`
 as a ``%b`` parameter and read with ``connection.cursor(binary=True)``; :func:`float32_bytes` turns either stored
 form into the float32 bytes the rows' readers take.
 """
@@ -60,7 +60,7 @@ def float32_bytes(stored: Any) -> bytes:
     return np.asarray(array, dtype="<f4").tobytes()
 
 
-def server_has_pgvector(connection: psycopg.Connection) -> bool:
+def _server_offers_pgvector(connection: psycopg.Connection) -> bool:
     """Whether the server offers the ``vector`` extension (installed with it, created or not)."""
     return connection.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'").fetchone() is not None
 
@@ -70,7 +70,7 @@ def vector_columns_step(*columns: tuple[str, str, tuple[str, ...]]) -> Step:
     extension (its float32 ``BYTEA`` rows converted), and leaves them ``BYTEA`` where it has not."""
 
     def step(connection: psycopg.Connection) -> None:
-        if not server_has_pgvector(connection) or not _created(connection):
+        if not _server_offers_pgvector(connection) or not _created(connection):
             return
         _register(connection)
         for table, column, keys in columns:
