@@ -74,9 +74,26 @@ class PostgresServer:
             command = ["runuser", "-u", "postgres", "--", *command]
         subprocess.run(command, check=True, capture_output=True, timeout=120)
 
+    def _runnable_bin(self) -> Path:
+        """The bin folder, or, when the ``postgres`` user may not run it (a virtual environment in a folder only
+        root enters), a copy inside the cluster's folder of the ``pgserver`` wheel's installation laid out as
+        installed: ``pgserver/pginstall/{bin,lib,share}`` beside ``pgserver.libs``, where its binaries' rpath
+        (``$ORIGIN/../../../pgserver.libs``) finds libpq."""
+        probe = ["runuser", "-u", "postgres", "--", str(self._bin / "postgres"), "--version"]
+        if not self._as_postgres or subprocess.run(probe, capture_output=True).returncode == 0:
+            return self._bin
+        top, copy = self._bin.parents[2], self.folder / "install"
+        install = self._bin.parent.relative_to(top)
+        shutil.copytree(top / install, copy / install, ignore=shutil.ignore_patterns("include"), symlinks=True)
+        libs = top / f"{install.parts[0]}.libs"
+        if libs.is_dir():
+            shutil.copytree(libs, copy / libs.name, symlinks=True)
+        return copy / install / self._bin.name
+
     def start(self) -> PostgresServer:
         if self._as_postgres:
             shutil.chown(self.folder, "postgres")
+            self._bin = self._runnable_bin()
         data = self.folder / "data"
         self._run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
         options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=on "
