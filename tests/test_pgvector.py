@@ -89,6 +89,23 @@ def test_a_bytea_database_of_the_old_schema_is_converted_when_opened(
     assert postgres.schema_version(url, "longterm") == len(longterm_pg.SCHEMA)
 
 
+def test_an_old_database_whose_vector_cannot_be_converted_is_one_line_and_left_as_it_was(
+        grown, embedder, pgvector_database_url, monkeypatch):  # noqa: F811
+    url = pgvector_database_url
+    with monkeypatch.context() as old_code:
+        old_code.setattr(bank_pg, "SCHEMA", bank_pg.SCHEMA[:1])
+        grown.save(DatabaseBank(url, "bank"))
+    with postgres.transaction(url) as connection:  # a damaged row: three bytes are no float32 vector
+        connection.execute("UPDATE bank_nodes SET vector = '\\x010203' WHERE id = (SELECT min(id) FROM bank_nodes)")
+    postgres._migrated.clear()
+    pg_vectors._columns.clear()
+    with pytest.raises(postgres.DatabaseError) as refused:
+        MemoryStore.load(DatabaseBank(url, "bank"), embedder)
+    assert str(refused.value).startswith("cannot convert bank_nodes.vector to pgvector, the database is left as it "
+                                         "was: ") and "\n" not in str(refused.value)
+    assert column_types(url) == {"bank_nodes": "bytea"} and postgres.schema_version(url, "banks") == 1
+
+
 @pytest.mark.parametrize("created_by_a_superuser", [True, False])
 def test_a_role_that_may_not_create_the_extension_works_and_is_told_how_to_have_pgvector(
         grown, embedder, pgvector_server, capsys, created_by_a_superuser):  # noqa: F811

@@ -22,6 +22,7 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from amb_dspy.errors import one_line
 from amb_dspy.notices import notice
 from amb_dspy.storage.postgres import DatabaseError, Step
 
@@ -97,8 +98,10 @@ def _created(connection: psycopg.Connection) -> bool:
 
 
 def _convert(connection: psycopg.Connection, table: str, column: str, keys: tuple[str, ...]) -> None:
-    """Turn ``table.column`` from float32 ``BYTEA`` into ``vector``, every row's value kept."""
+    """Turn ``table.column`` from float32 ``BYTEA`` into ``vector``, every row's value kept; DatabaseError (one
+    line) on a row that holds no float32 vector."""
     import numpy as np
+    import psycopg
 
     if _type_of(connection, table, column) == "vector":
         return
@@ -106,8 +109,12 @@ def _convert(connection: psycopg.Connection, table: str, column: str, keys: tupl
     connection.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} vector")
     where = " AND ".join(f"{key} = %s" for key in keys)
-    connection.cursor().executemany(f"UPDATE {table} SET {column} = %b WHERE {where}",
-                                    [(np.frombuffer(bytes(row[-1]), dtype="<f4"), *row[:-1]) for row in rows])
+    try:
+        connection.cursor().executemany(f"UPDATE {table} SET {column} = %b WHERE {where}",
+                                        [(np.frombuffer(bytes(row[-1]), dtype="<f4"), *row[:-1]) for row in rows])
+    except (ValueError, psycopg.Error) as exc:  # a damaged row: the migration rolls back whole
+        raise DatabaseError(f"cannot convert {table}.{column} to pgvector, the database is left as it was: "
+                            f"{one_line(exc, 120)}") from None
     connection.execute(f"ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL")
 
 
