@@ -81,6 +81,31 @@ def database_url(postgres_server):
     return postgres_server.new_database()
 
 
+@pytest.fixture(scope="session")
+def pgvector_server():
+    """A throwaway cluster of the PostgreSQL 16 with pgvector that the ``pgserver`` wheel ships, for the whole
+    test session; skipped, with the reason, where that package (the dev extra) or psycopg is missing."""
+    from postgres_server import PostgresServer, pgvector_bin_dir, skip_reason
+
+    bin_dir = pgvector_bin_dir()
+    reason = ("the pgserver package (PostgreSQL with pgvector) is not installed (pip install 'amb-dspy[dev]'): "
+              "the pgvector store tests are skipped") if bin_dir is None else skip_reason(bin_dir)
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer(bin_dir).start()
+    yield server
+    from amb_dspy.storage.postgres import close_pools
+
+    close_pools()
+    server.stop()
+
+
+@pytest.fixture
+def pgvector_database_url(pgvector_server):
+    """The URL of a fresh, empty database on the session's PostgreSQL server that has pgvector."""
+    return pgvector_server.new_database()
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_backend(request):
     """Where a store test keeps its memory: ``"sqlite"`` (files under tmp_path), or a fresh PostgreSQL database's
@@ -88,3 +113,12 @@ def store_backend(request):
     if request.param == "sqlite":
         return "sqlite"
     return request.getfixturevalue("database_url")
+
+
+@pytest.fixture(params=["sqlite", "postgres", "pgvector"])
+def vector_store_backend(request):
+    """``store_backend`` for the stores that keep vectors (banks, long-term memory), on a third server too: a fresh
+    database on the PostgreSQL with pgvector, where they are ``vector`` columns (``BYTEA`` on the stock one)."""
+    if request.param == "sqlite":
+        return "sqlite"
+    return request.getfixturevalue("pgvector_database_url" if request.param == "pgvector" else "database_url")

@@ -1,5 +1,5 @@
-"""Issue 40: a bank database in SQLite and in PostgreSQL, one suite (the ``store_backend`` fixture): the same bank
-reads back from either, a save after an add writes only the rows that changed, a stale save point rewrites the
+"""Issue 40: a bank database in SQLite and in PostgreSQL (a stock server, and one with pgvector), one suite (the
+``vector_store_backend`` fixture): the same bank reads back from each, a save after an add writes only the rows that changed, a stale save point rewrites the
 whole bank (keeping a larger one), writers through BankWriter lose nothing (threads and real processes), and a
 process killed mid-save leaves the previous save. A real PostgreSQL server (tests/postgres_server.py), the real
 embedding model, real processes; the heuristic policy (no LM)."""
@@ -67,8 +67,8 @@ def watch(where) -> None:
                 END;""")
 
 
-def test_a_bank_reads_back_the_same_from_either_backend(grown, tmp_path, embedder, store_backend):  # noqa: F811
-    where = place(store_backend, tmp_path)
+def test_a_bank_reads_back_the_same_from_either_backend(grown, tmp_path, embedder, vector_store_backend):  # noqa: F811
+    where = place(vector_store_backend, tmp_path)
     assert grown.save(where) == where  # with its line vectors, as amb ingest --bank saves
     loaded = MemoryStore.load(where, embedder)
     same_bank(grown, loaded)
@@ -80,8 +80,8 @@ def test_a_bank_reads_back_the_same_from_either_backend(grown, tmp_path, embedde
     assert len(view.nodes) == len(grown.graph) and len(view.entries) == len(grown.tree)
 
 
-def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, embedder, sessions, store_backend):  # noqa: F811
-    where = place(store_backend, tmp_path)
+def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, embedder, sessions, vector_store_backend):  # noqa: F811
+    where = place(vector_store_backend, tmp_path)
     grown.export(where)
     store = MemoryStore.load(where, embedder)
     before = {node.id: node.model_copy(deep=True) for node in store.graph.nodes_dict.values()}
@@ -96,22 +96,22 @@ def test_a_save_after_an_add_writes_only_the_rows_that_changed(grown, tmp_path, 
 
 
 def test_a_stale_save_point_writes_the_whole_bank_and_keeps_a_larger_one(  # noqa: F811
-        grown, tmp_path, embedder, sessions, store_backend):  # noqa: F811
-    where = place(store_backend, tmp_path, "a")
+        grown, tmp_path, embedder, sessions, vector_store_backend):  # noqa: F811
+    where = place(vector_store_backend, tmp_path, "a")
     grown.export(where)
     other = MemoryStore.load(where, embedder)
     new_bank(tmp_path, embedder).ingest(sessions[2], "session 3", into=other)
     other.export(where)  # the bank moved on: grown's save point no longer matches it
-    beside = place(store_backend, tmp_path, "a.1")
+    beside = place(vector_store_backend, tmp_path, "a.1")
     assert grown.export(where) == beside  # the bank holds a larger one: it is kept, grown goes beside it
     same_bank(grown, MemoryStore.load(beside, embedder))
     same_bank(other, MemoryStore.load(where, embedder))
 
 
-def test_threads_adding_to_one_bank_lose_nothing(tmp_path, embedder, store_backend):
+def test_threads_adding_to_one_bank_lose_nothing(tmp_path, embedder, vector_store_backend):
     shared = notes(tmp_path / "shared", range(100, 103))
     own = [notes(tmp_path / f"thread{k}", range(6 * k, 6 * k + 6)) for k in range(2)]
-    where = place(store_backend, tmp_path)
+    where = place(vector_store_backend, tmp_path)
     config = AmbConfig(policy="heuristic", storage_dir=tmp_path / "storage", temp_dir=tmp_path / "temp")
 
     def add(k: int):

@@ -41,7 +41,7 @@ from amb_dspy.longterm.qdrant import QdrantStore
 from amb_dspy.longterm.scoring import decay
 from amb_dspy.longterm.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant", "qdrant-client", "postgres"]
+BACKENDS = ["sqlite", "chroma", "chroma-http", "qdrant", "qdrant-client", "postgres", "pgvector"]
 DAY = 86_400.0
 
 
@@ -95,8 +95,9 @@ def make_store(request, tmp_path, embedder):
             store = QdrantEdgeStore.local(tmp_path / "qdrant", model, **options)
         elif request.param == "qdrant-client":
             store = QdrantStore.local(tmp_path / "qdrant-client", model, **options)
-        elif request.param == "postgres":
-            store = PostgresStore(request.getfixturevalue("database_url"), model, **options)
+        elif request.param in ("postgres", "pgvector"):  # vectors in BYTEA on the stock server, vector with pgvector
+            url = request.getfixturevalue("pgvector_database_url" if request.param == "pgvector" else "database_url")
+            store = PostgresStore(url, model, **options)
         else:
             store = ChromaStore.http(request.getfixturevalue("chroma_url"), model, **options)
         opened.append(store)

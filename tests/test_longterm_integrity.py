@@ -2,7 +2,7 @@
 store lose nothing and duplicate nothing.
 
 Real stores on real files (SQLite, Chroma, Qdrant Edge) and a real PostgreSQL server (the concurrent writers, on
-both SQLite and PostgreSQL: ``store_backend``), real processes for the concurrent writers.
+SQLite and on PostgreSQL with and without pgvector: ``vector_store_backend``), real processes for the concurrent writers.
 """
 
 from __future__ import annotations
@@ -125,8 +125,8 @@ def _writers(tmp_path: Path, backend: str, *runs: tuple[float, int, int], extra_
     return [(p.wait(timeout=300), *p.communicate()) for p in procs]
 
 
-def test_two_processes_writing_the_same_facts_make_one_item_each(tmp_path, embedder, store_backend):
-    backend, database = ("sqlite", "") if store_backend == "sqlite" else ("postgres", store_backend)
+def test_two_processes_writing_the_same_facts_make_one_item_each(tmp_path, embedder, vector_store_backend):
+    backend, database = ("sqlite", "") if vector_store_backend == "sqlite" else ("postgres", vector_store_backend)
     results = _writers(tmp_path, backend, (0, 0, 20), (0, 0, 20), extra_env={"AMB_DATABASE_URL": database})
     assert all(code == 0 for code, _, _ in results), results
     config = _config(tmp_path, backend).model_copy(update={"database_url": database})

@@ -16,7 +16,7 @@ import pytest
 
 from amb_dspy.config import AmbConfig
 from amb_dspy.longterm import StoreUnavailableError, open_store, open_store_or_notice
-from amb_dspy.longterm.postgres import PostgresStore
+from amb_dspy.longterm.postgres import SCHEMA, PostgresStore
 from amb_dspy.longterm.registry import store_exists
 from amb_dspy.storage import postgres
 
@@ -90,5 +90,5 @@ def test_a_database_it_cannot_use_is_one_line(database_url, embedder, case):
         PostgresStore(database_url, embedder)
     line = str(refused.value)
     assert "\n" not in line and line.startswith("long-term store postgresql://")
-    assert {"newer schema": "longterm schema version 7, newer than this amb-dspy's 1",
+    assert {"newer schema": f"longterm schema version 7, newer than this amb-dspy's {len(SCHEMA)}",
             "another embedder": "holds vectors of openai/text-embedding-3-small"}[case] in line

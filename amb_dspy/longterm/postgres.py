@@ -1,8 +1,9 @@
 """Long-term memory in PostgreSQL (``AMB_LONGTERM_BACKEND=postgres``): one store that every process on any machine
 shares, the replicas of ``amb serve`` among them.
 
-The rows are the truth: items with their vectors (float32, ``BYTEA``: a stock server has no pgvector), the
-audit trail, the embedder that made the vectors (``amb_longterm_meta``) and one version number per namespace
+The rows are the truth: items with their vectors (pgvector's ``vector`` where the server has the extension,
+float32 ``BYTEA`` on a stock server: :mod:`amb_dspy.storage.pg_vectors`; schema step 2 converts a database of
+step 1), the audit trail, the embedder that made the vectors (``amb_longterm_meta``) and one version number per namespace
 (``amb_longterm_versions``), all the component ``longterm`` of :func:`~amb_dspy.storage.postgres.migrate`.
 Search is served as the SQLite backend serves it, by the project's hybrid index (BM25 + FAISS,
 :mod:`.kind_indexes`), one per namespace and kind, held in a cache this process shares between its stores
@@ -33,6 +34,7 @@ from amb_dspy.longterm.errors import StoreUnavailableError
 from amb_dspy.longterm.kind_indexes import built_indexes, candidates
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.hybrid import HybridIndex
+from amb_dspy.storage.pg_vectors import VectorColumn, float32_bytes, vector_column, vector_columns_step
 from amb_dspy.storage.postgres import DatabaseError, lock_key, migrate, shown, transaction
 
 try:
@@ -54,6 +56,7 @@ SCHEMA = [  # one entry per version; append, never edit (storage/postgres.py mig
     CREATE INDEX amb_longterm_audit_by_item ON amb_longterm_audit (namespace, item_id);
     CREATE TABLE amb_longterm_versions (namespace TEXT PRIMARY KEY, version BIGINT NOT NULL);
     CREATE TABLE amb_longterm_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
+    vector_columns_step(("amb_longterm_items", "vector", ("id",))),  # pgvector where the server has it
 ]
 _ITEM_COLUMNS = "id, namespace, kind, content, metadata, created_at, updated_at, source_boost"
 _AUDIT_COLUMNS = "at, action, item_id, namespace, kind, task_id, reason, detail"
@@ -85,10 +88,11 @@ def _text(text: str) -> str:
     return text.replace("\x00", "\ufffd")
 
 
-def _stored(item: MemoryItem, vector: np.ndarray) -> tuple:
-    """What a row holds of ``item`` beside its id, namespace and kind: content, metadata, times, boost, vector."""
+def _stored(item: MemoryItem, vector: np.ndarray, column: VectorColumn) -> tuple:
+    """What a row holds of ``item`` beside its id, namespace and kind: content, metadata, times, boost, vector (as
+    ``column`` keeps it)."""
     return (_text(item.content), item.metadata.model_dump_json(), item.created_at, item.updated_at, item.source_boost,
-            np.asarray(vector, dtype="<f4").tobytes())
+            column.value(np.asarray(vector, dtype="<f4")))
 
 
 class PostgresStore(LongTermStore):
@@ -154,13 +158,14 @@ class PostgresStore(LongTermStore):
 
     def _apply(self, change: Change) -> None:
         with self._writing(), self._db() as connection:
+            column = vector_column(connection, self.url, "amb_longterm_items")  # before the cursor: it copies adapters
             cursor = connection.cursor()
             cursor.executemany(f"INSERT INTO amb_longterm_items ({_ITEM_COLUMNS}, vector) VALUES "
-                               "(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                               [(i.id, i.namespace, i.kind, *_stored(i, v)) for i, v in change.added])
+                               "(%s, %s, %s, %s, %s, %s, %s, %s, %b)",
+                               [(i.id, i.namespace, i.kind, *_stored(i, v, column)) for i, v in change.added])
             cursor.executemany("UPDATE amb_longterm_items SET content = %s, metadata = %s, created_at = %s, "
-                               "updated_at = %s, source_boost = %s, vector = %s WHERE id = %s",
-                               [(*_stored(i, v), i.id) for i, v in change.replaced])
+                               "updated_at = %s, source_boost = %s, vector = %b WHERE id = %s",
+                               [(*_stored(i, v, column), i.id) for i, v in change.replaced])
             cursor.executemany("DELETE FROM amb_longterm_items WHERE id = %s", [(i.id,) for i in change.removed])
             cursor.executemany(f"INSERT INTO amb_longterm_audit ({_AUDIT_COLUMNS}) VALUES "
                                "(%s, %s, %s, %s, %s, %s, %s, %s)",
@@ -203,8 +208,10 @@ class PostgresStore(LongTermStore):
         than the version only cost one more load)."""
         row = connection.execute("SELECT version FROM amb_longterm_versions WHERE namespace = %s",
                                  (namespace,)).fetchone()
-        rows = connection.execute("SELECT id, kind, content, vector FROM amb_longterm_items WHERE namespace = %s "
-                                  "ORDER BY created_at, id", (namespace,))
+        vector_column(connection, self.url, "amb_longterm_items")  # readies the connection for pgvector's vectors
+        rows = ((item_id, kind, content, float32_bytes(vector)) for item_id, kind, content, vector in
+                connection.cursor(binary=True).execute("SELECT id, kind, content, vector FROM amb_longterm_items "
+                                                       "WHERE namespace = %s ORDER BY created_at, id", (namespace,)))
         cached = _cache[(self.url, namespace)] = _Cached(row[0] if row else 0, built_indexes(self.embedder.dim, rows))
         return cached
 

@@ -5,13 +5,16 @@ The rows are the SQLite bank database's (:mod:`amb_dspy.storage.bank_rows` owns 
 same from either; the semantics are too: a save is one transaction that writes the nodes that changed and the
 entries, merge events and line vectors added since the store's save point when the bank still carries that save
 id, and the whole bank otherwise; a process killed mid-save leaves the previous save (the server rolls the
-transaction back). The bank's write lock is an advisory lock (:mod:`amb_dspy.storage.advisory_lock`). Vectors
-are float32 ``BYTEA``: a stock server has no pgvector, and a bank's vectors are read whole into FAISS anyway.
+transaction back). The bank's write lock is an advisory lock (:mod:`amb_dspy.storage.advisory_lock`). A node's
+vector is a pgvector ``vector`` where the server has the extension, float32 ``BYTEA`` on a stock server
+(:mod:`amb_dspy.storage.pg_vectors`; schema step 2 converts a database of step 1); either way a bank's vectors are
+read whole into FAISS, the process's cache of them. The line vectors stay one float32 ``BYTEA`` block per save: a
+block holds many vectors, read whole by the view's layout.
 
 Tables (schema component ``banks``, :func:`~amb_dspy.storage.postgres.migrate`)::
 
     banks(name, save_id, meta, version)              meta: the header (JSON); version: +1 at each save
-    bank_nodes(bank, id, seq, body, entries, vector)
+    bank_nodes(bank, id, seq, body, entries, vector)  vector: pgvector's vector, or float32 BYTEA
     bank_entries(bank, seq, id, body)                append-only
     bank_merge_events(bank, seq, body)               append-only
     bank_line_vectors(bank, seq, model, keys, vectors)  a row per save
@@ -44,6 +47,7 @@ from amb_dspy.storage.bank_rows import (
     node_rows,
     save_plan,
 )
+from amb_dspy.storage.pg_vectors import float32_bytes, vector_column, vector_columns_step
 from amb_dspy.storage.postgres import DatabaseError, migrate, shown
 
 COMPONENT = "banks"
@@ -59,6 +63,7 @@ SCHEMA = [
     "seq BIGINT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (bank, seq));"
     "CREATE TABLE bank_line_vectors (bank TEXT NOT NULL REFERENCES banks (name) ON DELETE CASCADE, "
     "seq BIGINT NOT NULL, model TEXT NOT NULL, keys BYTEA NOT NULL, vectors BYTEA NOT NULL, PRIMARY KEY (bank, seq))",
+    vector_columns_step(("bank_nodes", "vector", ("bank", "id"))),  # pgvector where the server has it
 ]
 _ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors")
 Also = Callable[[Any], None]
@@ -125,8 +130,10 @@ class DatabaseBank:
             if row is None:
                 raise BankFileError(f"no {self}: add documents to it with amb ingest --bank {self.name}")
             save_id, meta = row
-            nodes = connection.execute("SELECT id, body, entries, vector FROM bank_nodes WHERE bank = %s "
-                                       "ORDER BY seq", (self.name,)).fetchall()
+            vector_column(connection, self.url, "bank_nodes")  # readies the connection for pgvector's vectors
+            nodes = [(node_id, body, linked, float32_bytes(vector)) for node_id, body, linked, vector in
+                     connection.cursor(binary=True).execute("SELECT id, body, entries, vector FROM bank_nodes "
+                                                            "WHERE bank = %s ORDER BY seq", (self.name,))]
             entries = [body for (body,) in connection.execute(
                 "SELECT body FROM bank_entries WHERE bank = %s ORDER BY seq", (self.name,))]
             events = [body for (body,) in connection.execute(
@@ -195,15 +202,16 @@ class DatabaseBank:
         return SavePoint(self, save_id, len(bank.tree.entries), len(bank.tree.merge_events)), lines
 
     def _write_rows(self, connection: Any, bank: BankParts, plan: SavePlan) -> None:
+        column = vector_column(connection, self.url, "bank_nodes")  # before the cursor, which copies the adapters
         cursor, name = connection.cursor(), self.name
         cursor.executemany("DELETE FROM bank_nodes WHERE bank = %s AND id = %s", [(name, i) for i in plan.gone])
         first = connection.execute("SELECT COALESCE(MAX(seq), -1) + 1 FROM bank_nodes WHERE bank = %s",
                                    (name,)).fetchone()[0]
         cursor.executemany(  # a new node goes after the last one; an old one keeps its place (its seq)
-            "INSERT INTO bank_nodes (bank, id, seq, body, entries, vector) VALUES (%s, %s, %s, %s, %s, %s) "
+            "INSERT INTO bank_nodes (bank, id, seq, body, entries, vector) VALUES (%s, %s, %s, %s, %s, %b) "
             "ON CONFLICT (bank, id) DO UPDATE SET body = excluded.body, entries = excluded.entries, "
             "vector = excluded.vector",
-            [(name, node_id, first + n, body, linked, vector)
+            [(name, node_id, first + n, body, linked, column.value(vector))
              for n, (node_id, body, linked, vector) in enumerate(node_rows(bank, plan.nodes))])
         cursor.executemany("INSERT INTO bank_entries (bank, seq, id, body) VALUES (%s, %s, %s, %s)",
                            [(name, *row) for row in entry_rows(bank, plan.entries_from)])
