@@ -194,9 +194,9 @@ def _laid_out(lender: MemoryStore, count: Callable[[str], int], line_tokens: int
             index.take_over(laid)
         else:
             index.refresh()
-            if key and lender.layout_home is not None:
-                keep_layout(index, key, *lender.layout_home)
         index.tables()
+    if laid is None and key and lender.layout_home is not None:
+        keep_layout(index, key, *lender.layout_home)
     return index
 
 
