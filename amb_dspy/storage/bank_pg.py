@@ -16,7 +16,7 @@ Tables (schema component ``banks``, :func:`~amb_dspy.storage.postgres.migrate`):
     bank_merge_events(bank, seq, body)               append-only
     bank_line_vectors(bank, seq, model, keys, vectors)  a row per save
     bank_line_layouts(bank, key, save_id, body)     the evidence view's layouts of the bank's lines, as a bank
-                                                     database keeps them (bank_rows; schema step 2)
+                                                     database keeps them (bank_rows; a schema step of its own)
 
 (``bank_`` before the row tables' names: one database also holds the server's tasks, keys and long-term memory.)
 """
