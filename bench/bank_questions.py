@@ -17,8 +17,11 @@ asked at once (the bank read and laid out), then ``--tasks`` tasks, each ended b
     python bench/with_postgres.py python bench/bank_questions.py BANK.sqlite --database {url}
 
 With ``--database URL`` the bank file is first copied into that PostgreSQL database as the bank ``bench``
-(``copy_s``), and every task (and ``amb serve --database``) starts from there: the process reads it from the
-database as a replica that has just started does.
+(``copy_s``), with the evidence view's layout of its lines, and every task (and ``amb serve --database``) starts
+from there: the process reads it from the database as a replica that has just started does, taking the layout over
+as a replica does once one process laid that bank version out (issue 40; ``--no-layout``: the first one, which lays
+it out). A bank file is read as it is: a bank database keeps the layout its first reader made, so a second run
+reads it as a replica would.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=15, help="tasks started warm, on the bank the first tasks opened")
     parser.add_argument("--mcp", action="store_true", help="the warm starts over MCP stdio too (amb serve)")
     parser.add_argument("--database", default="", help="a PostgreSQL URL: the bank is copied there first and read from there")
+    parser.add_argument("--no-layout", action="store_true", help="copy it there without its lines' layout (the first process to open a bank version lays it out)")
     args = parser.parse_args()
     questions = [json.loads(line)["question"] for line in QUESTIONS.read_text().splitlines()][: args.n + 1]
     embedder = default_embedder()
@@ -58,7 +62,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="amb-bank-questions-"))
     row = {"load": round(os.getloadavg()[0], 2), "backend": "postgresql" if args.database else "sqlite"}
     if args.database:
-        row["copy_s"] = copied_into_database(args.database, args.bank, embedder)
+        row["copy_s"] = copied_into_database(args.database, args.bank, embedder, layout=not args.no_layout)
         args.bank = "bench"
     config = AmbConfig(policy="heuristic", storage_dir=work / "storage", temp_dir=work / "temp",
                        database_url=args.database)
@@ -87,13 +91,17 @@ def main() -> None:
     print(json.dumps(row))
 
 
-def copied_into_database(url: str, bank_file: str, embedder) -> float:
-    """Copy the bank file into the database at ``url`` as the bank ``bench``; the seconds it took."""
+def copied_into_database(url: str, bank_file: str, embedder, layout: bool = True) -> float:
+    """Copy the bank file into the database at ``url`` as the bank ``bench``, with the evidence view's layout of its
+    lines (``layout``: as the first process that lays a bank version out keeps it there for the next ones); the
+    seconds it took."""
     from amb_dspy.memory.graph_ops import MemoryStore
+    from amb_dspy.memory.view.line_index import stored_layouts
     from amb_dspy.storage.bank_pg import DatabaseBank
 
     started = time.perf_counter()
-    MemoryStore.load(bank_file, embedder).save(DatabaseBank(url, "bench"))
+    store = MemoryStore.load(bank_file, embedder)
+    store.save(DatabaseBank(url, "bench"), line_layouts=stored_layouts(store) if layout else None)
     return round(time.perf_counter() - started, 2)
 
 

@@ -6,7 +6,8 @@ and change no store but by its save point."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Self
 
 import numpy as np
@@ -14,7 +15,7 @@ import numpy as np
 from amb_dspy.retrieval.embedding import Embedder
 from amb_dspy.retrieval.embedding_base import embedding_model_name
 from amb_dspy.storage.bank_file import LoadedBank, bank_from_payload, bank_payload, dump_bank
-from amb_dspy.storage.bank_place import bank_at
+from amb_dspy.storage.bank_place import BankPlace, bank_at
 from amb_dspy.storage.bank_rows import BankParts
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.source_lines import LINE_TOKENS, node_lines
@@ -24,14 +25,22 @@ from amb_dspy.text import estimate_tokens
 class StoreFiles:
     """The file side of :class:`~amb_dspy.memory.graph_ops.MemoryStore` (a base class of it)."""
 
-    def save(self, path):
+    # A bank database's stored layouts of the evidence view's lines, of the save this store was read at (key ->
+    # blob, amb_dspy.memory.view.stored_layout), and where that was: (its place, that save id), for a layout made
+    # here to be kept there. A store that changes no longer matches them, but only a store that lends reads them.
+    line_layouts: Mapping[str, bytes] = MappingProxyType({})
+    layout_home: tuple[BankPlace, str] | None = None
+
+    def save(self, path, line_layouts: Mapping[str, bytes] | None = None):
         """Save the bank, the way every door saves one (``result.export``, ``session.export``, ``amb ingest``):
         :meth:`export`, a bank database getting the vectors of the lines it writes first (:meth:`embed_lines`), so
         that it opens with every line's vector; a JSON file carries none (:mod:`amb_dspy.storage.bank_file`).
+        ``line_layouts``: the evidence view's layouts of this bank as it is now
+        (:func:`~amb_dspy.memory.view.stored_layout.stored_layouts`), stored with it in the same transaction.
         Returns the path written (another one when the file there holds a larger bank)."""
         if bank_at(path).grows:
             self.embed_lines()
-        return self.export(path)
+        return self.export(path, line_layouts=line_layouts)
 
     def embed_lines(self, count: Callable[[str], int] = estimate_tokens, line_tokens: int = LINE_TOKENS) -> int:
         """Give ``line_vectors`` the lines (as the evidence view lays them out: :func:`~amb_dspy.storage.source_lines.node_lines`)
@@ -46,7 +55,7 @@ class StoreFiles:
         table.complete = True
         return embedded
 
-    def export(self, path, also=None):
+    def export(self, path, also=None, line_layouts: Mapping[str, bytes] | None = None):
         """Write the bank as it is (:meth:`save` is the save that embeds its lines first); returns where it was written
         (another path or bank name when the one there holds a larger bank, with a notice). ``path``: a file, or a
         :class:`~amb_dspy.storage.bank_pg.DatabaseBank` (a bank database too). A path ending ``.sqlite`` or ``.db``
@@ -60,7 +69,7 @@ class StoreFiles:
             return dump_bank(place.path, self.insight_doc, self.graph, self.tree, self.index.dim,
                              embedding_model_name(self.embedder), self.hops)
         parts = BankParts(self.insight_doc, self.graph, self.tree, self.index.dim, embedding_model_name(self.embedder),
-                          self.hops, self.line_vectors, self.lines_complete())
+                          self.hops, self.line_vectors, self.lines_complete(), dict(line_layouts or {}))
         self.save_point = place.write(parts, self.save_point, self.unsaved_nodes, also=also)
         self.unsaved_nodes = set()
         return self.save_point.where
@@ -90,9 +99,11 @@ class StoreFiles:
         database's line vectors of the embedder's model come with it (``line_vectors``), so the evidence view
         embeds no line it already embedded.
         """
-        loaded, point = bank_at(path).read(None, embedding_model_name(embedder), embedder.dim)
+        place = bank_at(path)
+        loaded, point = place.read(None, embedding_model_name(embedder), embedder.dim)
         store = cls.from_loaded(loaded, embedder, path, notices)
         store.save_point = point
+        store.line_layouts, store.layout_home = loaded.line_layouts, (place, point.save_id) if point else None
         return store
 
     @classmethod

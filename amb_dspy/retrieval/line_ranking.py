@@ -109,6 +109,32 @@ class LineLayout:
     def __len__(self) -> int:
         return len(self.asks)
 
+    @classmethod
+    def restored(cls, places: Sequence[tuple[str, int]], before: Sequence[int], after: Sequence[int],
+                 asks: Sequence[bool], speakers: Sequence[int], speaker_names: Sequence[str], headings: Sequence[int],
+                 titles: Sequence[str], title_words: Sequence[Sequence[str]], mentions: Sequence[Sequence[int]],
+                 line_words: Sequence[Sequence[str]]) -> LineLayout:
+        """The layout :meth:`add` left after these lines, from what it found (a layout a bank database kept,
+        :mod:`amb_dspy.memory.view.stored_layout`), without reading a line or a heading again: per line its place
+        (entry id, start offset), the lines beside it, whether it asks, its speaker and heading (numbers into
+        ``speaker_names`` and ``titles``; -1: none), the headings it names and its words; per title its words."""
+        layout = cls()
+        layout.before, layout.after, layout.asks = list(before), list(after), list(asks)
+        layout.speakers, layout.headings = list(speakers), list(headings)
+        layout.mentions = [list(named) for named in mentions]
+        layout.speaker_names = {name: number for number, name in enumerate(speaker_names)}
+        layout.titles = {title: number for number, title in enumerate(titles)}
+        layout._title_words = [frozenset(words) for words in title_words]
+        for number, words in enumerate(layout._title_words):
+            if words:
+                layout._titles_by_word.setdefault(min(words), []).append(number)
+        layout._line_words = [set(words) for words in line_words]
+        for line, (entry, start) in enumerate(places):
+            layout._entries.setdefault(entry, []).append((start, line))
+        for lines in layout._entries.values():
+            lines.sort()
+        return layout  # _lines_with is filled when a new heading first looks for its lines, as after add
+
     def copy(self) -> LineLayout:
         """A layout of the same lines that later lines change apart from this one (a task's lines added to the
         layout of the bank it started on, :mod:`amb_dspy.memory.bank_cache`); what no line changes once

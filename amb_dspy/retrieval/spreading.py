@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import sparse  # here, not on a bank's first question: half a second (issue 40's first context)
 
 from amb_dspy.retrieval.keyword import Numbering
 
@@ -108,8 +109,6 @@ class SpreadingGraph:
 
     def _assemble(self, lines: TermLines, holders: np.ndarray, starts: np.ndarray, node_terms, node_links,
                   max_df: float, node_weight: float) -> None:
-        from scipy import sparse
-
         ids, ends = lines.arrays()
         self.n_lines, self.n_nodes = len(ends), len(node_terms)
         self.term_index, self._ids, self._ends = lines.term_index, ids, ends

@@ -25,6 +25,10 @@ Tables::
                                            lines_embedded names the model whose vectors cover every line of
                                            every node saved (a bank database written before line vectors has
                                            no such table: its lines are embedded again)
+    line_layouts(key, save_id, body)       the evidence view's layouts of the bank's lines (bank_rows: a blob
+                                           per key, of the save that wrote it; a save deletes the others; a
+                                           database written before layouts were kept gets the table at its
+                                           next save, and until then its readers build their layouts)
 
 The JSON file stays the interchange format; :func:`read_bank_db` turns the rows into the object a JSON bank file
 holds and validates it with the same code, so both formats load to the same bank.
@@ -57,6 +61,8 @@ from amb_dspy.storage.bank_rows import (
     bank_payload_from_rows,
     entry_rows,
     event_rows,
+    layout_rows,
+    layouts_from_rows,
     line_vectors_from_rows,
     new_save_id,
     node_rows,
@@ -69,6 +75,7 @@ _MAGIC = b"SQLite format 3\x00"
 _TABLES = ("meta", "nodes", "entries", "merge_events")  # what a bank database must hold
 _LINE_VECTORS = ("CREATE TABLE IF NOT EXISTS line_vectors (seq INTEGER PRIMARY KEY, model TEXT NOT NULL, keys BLOB NOT NULL, "
                  "vectors BLOB NOT NULL)")
+_LINE_LAYOUTS = "CREATE TABLE IF NOT EXISTS line_layouts (key TEXT PRIMARY KEY, save_id TEXT NOT NULL, body BLOB NOT NULL)"
 _SCHEMA = """
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE nodes (id TEXT PRIMARY KEY, seq INTEGER NOT NULL UNIQUE, body TEXT NOT NULL, entries TEXT,
@@ -121,6 +128,7 @@ def read_bank_db(path: str | Path, embedding_dim: int | None, line_model: str | 
             connection.execute("BEGIN")  # one snapshot, though a writer commits meanwhile
             raw, save_id = _payload(path, connection)
             lines = _line_vectors(connection, line_model, line_dim) if line_model and line_dim else None
+            layouts = _line_layouts(connection, save_id)
     except sqlite3.Error as exc:
         raise _db_error(path, exc) from None
     except BankFileError:
@@ -129,7 +137,7 @@ def read_bank_db(path: str | Path, embedding_dim: int | None, line_model: str | 
         raise BankFileError(f"{path}: damaged bank database ({type(exc).__name__}: "
                             f"{' '.join(str(exc).split())[:120]})") from None
     loaded = bank_from_payload(raw, embedding_dim, path)
-    loaded.line_vectors = lines
+    loaded.line_vectors, loaded.line_layouts = lines, layouts
     return loaded, SavePoint(path, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
 
 
@@ -157,6 +165,13 @@ def _line_vectors(connection: sqlite3.Connection, model_name: str, dim: int) -> 
     rows = connection.execute("SELECT keys, vectors FROM line_vectors WHERE model = ? ORDER BY seq", (model,)).fetchall()
     embedded = connection.execute("SELECT value FROM meta WHERE key = 'lines_embedded'").fetchone()
     return line_vectors_from_rows(model_name, dim, rows, json.loads(embedded[0]) if embedded else None)
+
+
+def _line_layouts(connection: sqlite3.Connection, save_id: str) -> dict[str, bytes]:
+    """The stored line layouts of the save ``save_id`` (none in a database saved before they were kept)."""
+    if not connection.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'line_layouts'").fetchone():
+        return {}
+    return layouts_from_rows(connection.execute("SELECT key, body FROM line_layouts WHERE save_id = ?", (save_id,)))
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -258,6 +273,9 @@ def _write(connection: sqlite3.Connection, path: Path, bank: BankParts, since: S
     connection.executemany("INSERT INTO entries (seq, id, body) VALUES (?, ?, ?)", entry_rows(bank, plan.entries_from))
     connection.executemany("INSERT INTO merge_events (seq, body) VALUES (?, ?)", event_rows(bank, plan.events_from))
     save_id = new_save_id()
+    connection.execute(_LINE_LAYOUTS)
+    connection.execute("DELETE FROM line_layouts")  # they describe the rows as they were
+    connection.executemany("INSERT INTO line_layouts (key, save_id, body) VALUES (?, ?, ?)", layout_rows(bank, save_id))
     connection.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
                            [(key, json.dumps(value, ensure_ascii=False)) for key, value in
                             bank_meta(bank, save_id).items()])
@@ -286,7 +304,7 @@ def saved_id(path: str | Path) -> str | None:
 
 def _clear(connection: sqlite3.Connection) -> None:
     """An empty bank schema, in place of whatever the file held (inside the save's transaction)."""
-    for table in (*_TABLES, "line_vectors"):
+    for table in (*_TABLES, "line_vectors", "line_layouts"):
         connection.execute(f"DROP TABLE IF EXISTS {table}")
     for statement in filter(str.strip, _SCHEMA.split(";")):  # not executescript: it would COMMIT first
         connection.execute(statement)

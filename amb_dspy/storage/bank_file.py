@@ -145,6 +145,7 @@ class LoadedBank(BaseModel):
     embedding_model: str | None
     hops: list[Hop] = []
     line_vectors: LineVectors | None = None  # a bank database's stored line vectors (a JSON file has none)
+    line_layouts: dict[str, bytes] = {}  # a bank database's stored line layouts of this save (bank_rows.LineLayouts)
 
 
 def load_bank(path: str | Path, embedding_dim: int | None) -> LoadedBank:

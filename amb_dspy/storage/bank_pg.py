@@ -18,6 +18,8 @@ Tables (schema component ``banks``, :func:`~amb_dspy.storage.postgres.migrate`):
     bank_entries(bank, seq, id, body)                append-only
     bank_merge_events(bank, seq, body)               append-only
     bank_line_vectors(bank, seq, model, keys, vectors)  a row per save
+    bank_line_layouts(bank, key, save_id, body)     the evidence view's layouts of the bank's lines, as a bank
+                                                     database keeps them (bank_rows; a schema step of its own)
 
 (``bank_`` before the row tables' names: one database also holds the server's tasks, keys and long-term memory.)
 """
@@ -42,6 +44,8 @@ from amb_dspy.storage.bank_rows import (
     bank_payload_from_rows,
     entry_rows,
     event_rows,
+    layout_rows,
+    layouts_from_rows,
     line_vectors_from_rows,
     new_save_id,
     node_rows,
@@ -64,8 +68,11 @@ SCHEMA = [
     "CREATE TABLE bank_line_vectors (bank TEXT NOT NULL REFERENCES banks (name) ON DELETE CASCADE, "
     "seq BIGINT NOT NULL, model TEXT NOT NULL, keys BYTEA NOT NULL, vectors BYTEA NOT NULL, PRIMARY KEY (bank, seq))",
     vector_columns_step(("bank_nodes", "vector", ("bank", "id"))),  # pgvector where the server has it
+    # the evidence view's line layouts (bank_rows: a blob per key, of the save that wrote it)
+    "CREATE TABLE bank_line_layouts (bank TEXT NOT NULL REFERENCES banks (name) ON DELETE CASCADE, key TEXT NOT NULL, "
+    "save_id TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (bank, key))",
 ]
-_ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors")
+_ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors", "bank_line_layouts")
 Also = Callable[[Any], None]
 """More statements for a save's transaction, on its psycopg connection."""
 
@@ -144,14 +151,32 @@ class DatabaseBank:
                 rows = connection.execute("SELECT keys, vectors FROM bank_line_vectors WHERE bank = %s AND model = %s "
                                           "ORDER BY seq", (self.name, model)).fetchall()
                 lines = line_vectors_from_rows(line_model, line_dim, rows, meta.get("lines_embedded"))
+            layouts = layouts_from_rows(connection.execute(
+                "SELECT key, body FROM bank_line_layouts WHERE bank = %s AND save_id = %s", (self.name, save_id)))
         try:
             loaded = bank_from_payload(bank_payload_from_rows(self, meta, nodes, entries, events), embedding_dim, self)
         except (ValueError, TypeError, RecursionError) as exc:
             if isinstance(exc, BankFileError):
                 raise
             raise BankFileError(f"{self}: damaged bank ({type(exc).__name__}: {one_line(exc, 120)})") from None
-        loaded.line_vectors = lines
+        loaded.line_vectors, loaded.line_layouts = lines, layouts
         return loaded, SavePoint(self, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
+
+    def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool:
+        """Store a line layout built for the save ``save_id``, if the bank still carries it (checked in the same
+        transaction, the bank's row held against a save meanwhile); False when it does not, or the database
+        refused (a layout is a cache: its reader builds it again)."""
+        try:
+            with self._transaction() as connection:
+                if not connection.execute("SELECT 1 FROM banks WHERE name = %s AND save_id = %s FOR SHARE",
+                                          (self.name, save_id)).fetchone():
+                    return False
+                connection.execute("INSERT INTO bank_line_layouts (bank, key, save_id, body) VALUES (%s, %s, %s, %s) "
+                                   "ON CONFLICT (bank, key) DO UPDATE SET save_id = excluded.save_id, body = excluded.body",
+                                   (self.name, key, save_id, body))
+        except (DatabaseError, BankFileError):
+            return False
+        return True
 
     # --- writing -------------------------------------------------------------------------------
     def write(self, bank: BankParts, since: SavePoint | None = None, changed: Collection[str] = (),
@@ -198,6 +223,9 @@ class DatabaseBank:
             for table in _ROW_TABLES:
                 connection.execute(f"DELETE FROM {table} WHERE bank = %s", (self.name,))
         self._write_rows(connection, bank, plan)
+        connection.execute("DELETE FROM bank_line_layouts WHERE bank = %s", (self.name,))  # of the rows as they were
+        connection.cursor().executemany("INSERT INTO bank_line_layouts (bank, key, save_id, body) VALUES (%s, %s, %s, %s)",
+                                        [(self.name, *row) for row in layout_rows(bank, save_id)])
         lines = self._write_line_vectors(connection, bank, everything=since is None)
         return SavePoint(self, save_id, len(bank.tree.entries), len(bank.tree.merge_events)), lines
 

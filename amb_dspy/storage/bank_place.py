@@ -11,8 +11,9 @@ of place it is. A place is a small value, compared by what it names:
   PostgreSQL (:mod:`amb_dspy.storage.bank_pg`), which always grows.
 
 Both have ``read`` (the bank and its save point), ``write`` (a bank database's save: what changed since the save
-point, or everything), ``saved_id``, ``holds_no_bank``, ``exists`` and ``lock`` (the bank's write lock,
-:class:`~amb_dspy.storage.bank_lock.BankLock`).
+point, or everything), ``saved_id``, ``holds_no_bank``, ``exists``, ``lock`` (the bank's write lock,
+:class:`~amb_dspy.storage.bank_lock.BankLock`) and ``keep_line_layout`` (a layout of the evidence view's lines kept
+for the save it was built on, :mod:`amb_dspy.storage.bank_rows`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class BankPlace(Protocol):
     def exists(self) -> bool: ...
 
     def lock(self) -> BankLock: ...
+
+    def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,11 @@ class FileBank:
 
     def lock(self) -> BankLock:
         return bank_lock(self.path)
+
+    def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool:
+        """False: a bank file is left as its readers found it, byte for byte (a user's file, copied, compared,
+        perhaps read-only); a layout reaches a bank database with a save given one (``line_layouts``)."""
+        return False
 
 
 def bank_at(where: str | Path | BankPlace) -> BankPlace:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ class BankParts:
     hops: list[Hop]
     line_vectors: LineVectors | None = None
     lines_complete: bool = False  # every line of every node written has a vector in line_vectors
+    line_layouts: Mapping[str, bytes] = field(default_factory=dict)  # layouts of this bank as saved (layout_rows)
 
 
 @dataclass(frozen=True)
@@ -146,3 +147,26 @@ def line_vectors_from_rows(model_name: str, dim: int, rows: Iterable[tuple[Any, 
             if len(keys) % KEY_BYTES == 0 and len(vectors) == len(keys) // KEY_BYTES * 4 * dim]
     return LineVectors.from_rows(model_name, dim, b"".join(keys for keys, _ in rows), b"".join(v for _, v in rows),
                                  complete=embedded == table.model)
+
+
+# --- line layouts --------------------------------------------------------------------------------
+# What the evidence view builds over a bank's lines (amb_dspy.memory.view.stored_layout: seconds at a million
+# tokens) is kept beside the rows, so that a process that opens the bank fresh takes it over instead of building it
+# again. Each layout is one opaque blob under a key (what it was built with) and the save id of the bank it
+# describes: a save deletes every layout in its own transaction (the rows changed) and writes those it was given
+# for the bank it writes, under its new save id; a reader takes only the layouts of the save it read, in the same
+# snapshot; a process that had to build one may keep it later in a bank in PostgreSQL (``keep_line_layout``), only
+# while the bank still carries that save. A stale layout is never used; a damaged one is built again by the reader.
+LAYOUT_KEY_CHARS = 200  # a key longer than this is no layout's
+
+
+def layout_rows(bank: BankParts, save_id: str) -> list[tuple[str, str, bytes]]:
+    """``(key, save_id, body)`` of the layouts a save writes with the bank (under its new save id)."""
+    return [(key, save_id, bytes(body)) for key, body in bank.line_layouts.items() if len(key) <= LAYOUT_KEY_CHARS]
+
+
+def layouts_from_rows(rows: Iterable[tuple[Any, Any]]) -> dict[str, bytes]:
+    """The layouts of a bank's current save from their rows' ``(key, body)`` (a row of another shape is left out:
+    the reader builds that layout again)."""
+    return {key: bytes(body) for key, body in rows
+            if isinstance(key, str) and isinstance(body, (bytes, memoryview))}

@@ -23,17 +23,21 @@ idf, and so every weight of the spreading, depends on all lines; no line's text 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 
-from amb_dspy.memory.bank_cache import shared_layout
+from amb_dspy.memory.bank_cache import collection_paused, shared_layout
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.view.lines import Evidence, heading_of, label_of, speaker_of
+from amb_dspy.memory.view.lines import LINE_TOKENS, Evidence, heading_of, label_of, speaker_of
+from amb_dspy.memory.view.stored_layout import LaidLines, encode, layout_key, restore
 from amb_dspy.retrieval.hybrid import HybridIndex
 from amb_dspy.retrieval.keyword import terms
 from amb_dspy.retrieval.line_ranking import LineLayout, LineTable
 from amb_dspy.retrieval.spreading import SpreadingGraph, TermLines
 from amb_dspy.storage import QueryGraphNode
+from amb_dspy.storage.bank_place import BankPlace
 from amb_dspy.storage.source_lines import node_lines
+from amb_dspy.text import estimate_tokens
 
 
 class LineIndex:
@@ -52,6 +56,7 @@ class LineIndex:
         self.index: HybridIndex | None = None
         self._position: dict[tuple[str, int, int], int] = {}
         self._indexed: list[list[str]] = []  # per line, the terms its index entry reads (its heading and label, its text)
+        self._label_sizes: list[int] = []  # per line, how many of those are its heading's and label's (stored_layout)
         self._layout = LineLayout()  # per line, what the line table reads
         self._terms = TermLines()  # per line, its words as the spreading matches them
         self._laid: dict[str, tuple] = {}  # node id -> the sources laid out for it
@@ -59,6 +64,7 @@ class LineIndex:
         self._tables: tuple = (None, None, None, {})  # (the store's revision, spreading graph, line table, node numbers)
         self._shared = False  # the fields above are a shared layout's (_adopt), to copy before any change
         self.embedded: list[str] = []  # the lines whose vectors this index made, in order (a shared layout's are adopted)
+        self.stored = False  # laid out from the layout a bank database kept (stored_layout), not from the text
 
     def refresh(self) -> list[Evidence]:
         """Lay out the lines of the nodes added or given sources since the last call; the lines, in order."""
@@ -94,11 +100,26 @@ class LineIndex:
         if shared.embedded:
             self.store.line_vectors.add(shared.embedded, shared.store.line_vectors.matrix(shared.embedded))
 
+    def laid(self) -> LaidLines:
+        """What laying out found (:mod:`~amb_dspy.memory.view.stored_layout` keeps it in a bank database)."""
+        return LaidLines(self.lines, self.holders, self._indexed, self._label_sizes, self._layout)
+
+    def take_over(self, laid: LaidLines) -> None:
+        """Lay out this index (new) from ``laid``, the lines of its store's whole graph as laying them out found them
+        (a stored layout), and index them: what :meth:`refresh` would have made."""
+        self.lines, self.holders, self._position, self.lines_of = laid.lines, laid.holders, laid.position, laid.lines_of
+        self._indexed, self._label_sizes, self._layout, self._terms = laid.indexed, laid.label_sizes, laid.layout, laid.terms
+        self._laid = {node.id: tuple(node.sources) for node in self.store.graph.nodes_dict.values()}
+        self._seen, self.stored = (self.store.revision, len(self.store.graph)), True
+        if self.lines:
+            self._index_new(0)
+
     def _own(self) -> None:
         """Before the first change of an adopted layout: copies of what changes (a line's record never does)."""
         self.lines, self.holders = list(self.lines), [list(held) for held in self.holders]
         self.lines_of = {node_id: list(lines) for node_id, lines in self.lines_of.items()}
         self._position, self._indexed, self._laid = dict(self._position), list(self._indexed), dict(self._laid)
+        self._label_sizes = list(self._label_sizes)
         self._layout, self._terms = self._layout.copy(), self._terms.copy()
         self.index, self._shared = self.index.copy() if self.index is not None else None, False
 
@@ -121,7 +142,9 @@ class LineIndex:
         heading = heading_of(text, line_start, self.count)
         label = " ".join(filter(None, (heading, label_of(text[line_start:start]) if start > line_start else "")))
         own = terms(text[start:end])  # the line's terms, found once for all three
-        self._indexed.append(terms(label) + own if label else own)  # the terms of f"{label} {line}"
+        indexed = terms(label) + own if label else own  # the terms of f"{label} {line}"
+        self._indexed.append(indexed)
+        self._label_sizes.append(len(indexed) - len(own))
         self._layout.add((entry_id, start), text[start:end], speaker_of(text[line_start:end]), heading, own)
         self._terms.add(own)
         self.holders.append([])
@@ -153,15 +176,64 @@ class LineIndex:
         return self._tables[1:]
 
 
-_LAYOUT = ("lines", "holders", "lines_of", "index", "_position", "_indexed", "_layout", "_terms", "_laid", "_seen",
-           "_tables")  # what a LineIndex takes over from a shared one
+_LAYOUT = ("lines", "holders", "lines_of", "index", "_position", "_indexed", "_label_sizes", "_layout", "_terms", "_laid",
+           "_seen", "_tables", "stored")  # what a LineIndex takes over from a shared one
 
 
 def _laid_out(lender: MemoryStore, count: Callable[[str], int], line_tokens: int) -> LineIndex:
     """The lender's lines laid out, indexed and tabulated, on a store it lends (whose line vectors the embedding
-    fills, not the lender's: a lender never changes), for every task on it to take over."""
-    index = LineIndex(lender.lent(), count, line_tokens, adopt=False)
-    index.refresh()
-    index.tables()
+    fills, not the lender's: a lender never changes), for every task on it to take over: restored from the layout
+    the bank database keeps for the version read (:mod:`~amb_dspy.memory.view.stored_layout`) when it has a sound
+    one, else laid out now, and then kept there for the next process (:func:`keep_layout`)."""
+    key = layout_key(count, line_tokens)
+    stored = lender.line_layouts.get(key) if key else None
+    with collection_paused():
+        index = LineIndex(lender.lent(), count, line_tokens, adopt=False)
+        laid = restore(index.store, stored) if stored is not None else None
+        if laid is not None:
+            index.take_over(laid)
+        else:
+            index.refresh()
+        index.tables()
+    if laid is None and key and lender.layout_home is not None:
+        keep_layout(index, key, *lender.layout_home)
     return index
 
+
+_keeping: list[threading.Thread] = []  # the layouts being kept (wait_for_kept)
+
+
+def keep_layout(index: LineIndex, key: str, place: BankPlace, save_id: str) -> None:
+    """Store ``index``'s layout under ``key`` in the bank it was read from, for the save ``save_id``, on a thread of
+    its own (the question that laid the lines out waits for none of it): a bank in PostgreSQL keeps it while it
+    still carries that save, for the replicas that open it next; a bank file keeps none (its readers leave it as it
+    was). ``index`` is a shared layout, which no one changes."""
+    def keep() -> None:
+        try:
+            place.keep_line_layout(save_id, key, encode(index.store, index.laid()))
+        except Exception:  # noqa: BLE001 -- a cache not kept (a pool closed at exit, a disk full): the next reader lays out
+            pass
+
+    thread = threading.Thread(target=keep, name="amb-keep-layout", daemon=True)
+    _keeping.append(thread)
+    thread.start()
+
+
+def wait_for_kept(timeout: float | None = None) -> None:
+    """Wait until the layouts being kept are (or ``timeout`` seconds): for a process about to end, and for tests."""
+    while _keeping:
+        _keeping.pop().join(timeout)
+
+
+
+def stored_layouts(store: MemoryStore, count: Callable[[str], int] = estimate_tokens,
+                   line_tokens: int = LINE_TOKENS) -> dict[str, bytes]:
+    """The layouts a save of ``store`` keeps with it (``store.save(path, line_layouts=...)``), its lines laid out now
+    (seconds at a million tokens: for a save that writes a bank whole, a copy): a process that opens the bank then
+    takes them over. The lines it embeds are the store's (its save writes them)."""
+    key = layout_key(count, line_tokens)
+    if key is None or len(store.graph) == 0:
+        return {}
+    index = LineIndex(store, count, line_tokens, adopt=False)
+    index.refresh()
+    return {key: encode(store, index.laid())}
