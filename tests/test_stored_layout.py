@@ -7,16 +7,22 @@ Real embedding model, real FAISS, real bank databases, a real PostgreSQL server.
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from amb_dspy.memory.bank_cache import BankCache
 from amb_dspy.memory.graph_ops import MemoryStore, NodeDraft
 from amb_dspy.memory.view import view_for
-from amb_dspy.memory.view.line_index import stored_layouts, wait_for_kept
+from amb_dspy.memory.view.line_index import LineIndex, stored_layouts, wait_for_kept
+from amb_dspy.memory.view.lines import LINE_TOKENS
+from amb_dspy.memory.view.stored_layout import FORMAT
 from amb_dspy.storage.bank_pg import DatabaseBank
 from amb_dspy.storage.bank_place import bank_at
 from amb_dspy.storage.insight_doc import InsightDoc
 from amb_dspy.storage.interaction_tree import InteractionEntry
+from amb_dspy.text import estimate_tokens
 from tests.test_bank_cache import _shown
 from tests.test_first_question import QUESTIONS, small_bank
 
@@ -128,3 +134,21 @@ def test_a_task_adds_to_a_layout_it_took_over_as_to_one_it_laid_out(embedder, tm
 
 def _blocks_of(view) -> list:
     return [view.block(question, budget) for question in ASKED for budget in (80, 300, 1000)]
+
+
+LAYOUT_PINNED = (1, "c7638f832c1f644e")  # (stored_layout.FORMAT, the digest below) of laying out small_bank
+
+
+def test_what_laying_out_finds_is_pinned_to_the_stored_layouts_format(embedder):
+    """A stored layout is checked against its bank by ids and ranges, not by its content: one made by other rules
+    (how lines are cut, their terms, headings, speakers) would be taken over. So a change in what laying out finds
+    must bump stored_layout.FORMAT, which makes every older layout be laid out again; this digest says when."""
+    index = LineIndex(small_bank(embedder), estimate_tokens, LINE_TOKENS, adopt=False)
+    index.refresh()
+    laid, layout = index.laid(), index.laid().layout
+    found = [[(line.start, line.end, line.text) for line in laid.lines], laid.indexed, laid.label_sizes, layout.before,
+             layout.after, layout.asks, layout.speakers, sorted(layout.speaker_names.items()), layout.headings,
+             sorted(layout.titles.items()), layout.mentions]
+    digest = hashlib.sha256(json.dumps(found).encode("utf-8")).hexdigest()[:16]
+    assert (FORMAT, digest) == LAYOUT_PINNED, (
+        "laying out finds something else: bump stored_layout.FORMAT and pin the new (FORMAT, digest) here")

@@ -7,8 +7,8 @@ entries, merge events and line vectors added since the store's save point when t
 id, and the whole bank otherwise; a process killed mid-save leaves the previous save (the server rolls the
 transaction back). The bank's write lock is an advisory lock (:mod:`amb_dspy.storage.advisory_lock`). A node's
 vector is a pgvector ``vector`` where the server has the extension, float32 ``BYTEA`` on a stock server
-(:mod:`amb_dspy.storage.pg_vectors`; schema step 2 converts a database of step 1); either way a bank's vectors are
-read whole into FAISS, the process's cache of them. The line vectors stay one float32 ``BYTEA`` block per save: a
+(:mod:`amb_dspy.storage.pg_vectors`; its schema step, the last, converts an older database); either way a
+bank's vectors are read whole into FAISS, the process's cache of them. The line vectors stay one float32 ``BYTEA`` block per save: a
 block holds many vectors, read whole by the view's layout.
 
 Tables (schema component ``banks``, :func:`~amb_dspy.storage.postgres.migrate`)::
@@ -67,10 +67,10 @@ SCHEMA = [
     "seq BIGINT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (bank, seq));"
     "CREATE TABLE bank_line_vectors (bank TEXT NOT NULL REFERENCES banks (name) ON DELETE CASCADE, "
     "seq BIGINT NOT NULL, model TEXT NOT NULL, keys BYTEA NOT NULL, vectors BYTEA NOT NULL, PRIMARY KEY (bank, seq))",
-    vector_columns_step(("bank_nodes", "vector", ("bank", "id"))),  # pgvector where the server has it
     # the evidence view's line layouts (bank_rows: a blob per key, of the save that wrote it)
     "CREATE TABLE bank_line_layouts (bank TEXT NOT NULL REFERENCES banks (name) ON DELETE CASCADE, key TEXT NOT NULL, "
     "save_id TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (bank, key))",
+    vector_columns_step(("bank_nodes", "vector", ("bank", "id"))),  # pgvector where the server has it
 ]
 _ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors", "bank_line_layouts")
 Also = Callable[[Any], None]
