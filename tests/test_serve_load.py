@@ -4,7 +4,9 @@ registry and SQLite task store, the real embedding model; the heuristic policy (
 
 from __future__ import annotations
 
+import json
 import threading
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ import pytest
 pytest.importorskip("mcp")
 from cli_lm import make_lm  # noqa: E402
 from test_serve import GOAL, RESULTS  # noqa: E402
+from test_serve_keys import INITIALIZE, http_server  # noqa: E402
 from test_serve_restart import registry  # noqa: E402
 
 from amb_dspy.bank import MemoryBank  # noqa: E402
@@ -93,3 +96,15 @@ def test_a_task_being_reopened_holds_up_no_call_on_another_task(bank):
     assert went_on, "the call on the other task waited for the first task's reopening"
     assert len(reopened) == 2 and reopened[0] is reopened[1]
     assert RESULTS[0] in reopened[0].context()
+
+
+def test_the_http_server_answers_a_call_with_one_json_body(tmp_path):
+    """Each call over `amb serve --http` is answered with its JSON-RPC reply as the body (application/json), not an
+    event stream: the server is stateless and streams nothing during a call, so the stream was overhead only."""
+    with http_server(tmp_path) as url:
+        request = urllib.request.Request(url, data=json.dumps(INITIALIZE).encode(), method="POST", headers={
+            "Content-Type": "application/json", "Accept": "application/json, text/event-stream"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            kind, body = response.headers.get_content_type(), response.read()
+    assert kind == "application/json"
+    assert json.loads(body)["result"]["serverInfo"]["name"] == "amb-dspy"
