@@ -75,6 +75,8 @@ class Replica:
     env: dict[str, str]
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
+    cpu_s: float = 0.0  # CPU seconds its processes spent serving, since each was ready (startup not counted)
+    _ready_cpu_s: float = 0.0
 
     @property
     def url(self) -> str:
@@ -86,11 +88,27 @@ class Replica:
                                          str(self.port), *self.flags], env=self.env, cwd=str(self.work),
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_listening(self.port, self.process, 180, what="amb serve --http", pause=0.2)
+        self._ready_cpu_s = process_cpu_s(self.process.pid)
         return time.monotonic() - began
 
+    def served_cpu_s(self) -> float:
+        """CPU seconds spent serving so far, by this process and the ones killed before it."""
+        running = self.process is not None and self.process.poll() is None
+        return self.cpu_s + (process_cpu_s(self.process.pid) - self._ready_cpu_s if running else 0.0)
+
     def kill(self) -> None:
+        self.cpu_s = self.served_cpu_s()
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout=60)
+
+
+def process_cpu_s(pid: int) -> float:
+    """The user + system CPU seconds of process ``pid`` (all its threads; Linux /proc), 0.0 where unknown."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
 
 
 def environment(work: Path, database: str = "") -> dict[str, str]:
@@ -296,8 +314,11 @@ def run_leg(name: str, replicas: list[Replica], key: str, args: argparse.Namespa
     starts = [replica.start() for replica in replicas]
     load = Load(replicas, key, random.Random(args.seed))
     try:
+        client_cpu_s = time.process_time()
         task_ids, seconds, killed = asyncio.run(drive(load, args.clients, args.observes,
                                                       args.clients * args.observes // 2 if kill else None))
+        client_cpu_s = time.process_time() - client_cpu_s
+        server_cpu_s = sum(replica.served_cpu_s() for replica in replicas)
         calls = load.answered  # the load's calls, not the exports read after it
         banks = asyncio.run(final_banks(load, task_ids))
     finally:
@@ -312,6 +333,8 @@ def run_leg(name: str, replicas: list[Replica], key: str, args: argparse.Namespa
             "observe_p95_ms": observe[1], "context_p50_ms": context[0], "context_p95_ms": context[1],
             "observations_lost": lost, "retried": load.retried, "failed_after_retry": len(load.failed),
             "errors": load.failed[:5], "start_s": max(starts), "killed": killed,
+            "server_cpu_ms_per_call": 1000 * server_cpu_s / calls if calls else None,
+            "client_cpu_ms_per_call": 1000 * client_cpu_s / calls if calls else None,
             "fingerprints": {n: fingerprint(bank) for n, bank in banks.items()}}
 
 
@@ -368,6 +391,8 @@ def report(legs: list[dict], skipped: str | None, load: tuple[float, float, floa
               f"{leg['retried']:>9}{leg['failed_after_retry']:>8}{str(leg.get('tasks_differing', '-')):>11}")
         for error in leg["errors"]:
             print(f"  error: {error}")
+        print(f"  CPU per call: servers {ms(leg['server_cpu_ms_per_call'])} ms, clients {ms(leg['client_cpu_ms_per_call'])} ms "
+              f"({os.cpu_count()} cores shared by both)")
         if leg["killed"]:
             print(f"  replica killed (-9) at the midpoint: down {leg['killed']['down_s']:.1f} s "
                   f"(restart {leg['killed']['restart_s']:.1f} s)")
@@ -378,8 +403,10 @@ def report(legs: list[dict], skipped: str | None, load: tuple[float, float, floa
                ("observations_lost", "failed_after_retry", "tasks_differing", "context_p95_ms")}
     print(json.dumps({**figures, "throughput_ratio_vs_sqlite": round(cluster["calls_per_s"] / sqlite["calls_per_s"], 3)
                       if cluster and sqlite["calls_per_s"] else None,
+                      "server_cpu_ms_per_call": cluster["server_cpu_ms_per_call"] if cluster else None,
                       "sqlite": {k: sqlite[k] for k in ("calls_per_s", "context_p95_ms", "observe_p95_ms",
-                                                         "observations_lost", "failed_after_retry")},
+                                                         "observations_lost", "failed_after_retry",
+                                                         "server_cpu_ms_per_call", "client_cpu_ms_per_call")},
                       "postgres_leg": "ran" if cluster else f"skipped: {skipped}", "clients": args.clients,
                       "observes_per_task": args.observes, "load_avg_1m": round(load[0], 2),
                       "load_avg_1m_end": round(os.getloadavg()[0], 2)}))

@@ -28,6 +28,7 @@ logger = logging.getLogger("amb_dspy.serve")
 
 DEFAULT_IDLE_S = 1800.0
 DEFAULT_MAX_TASKS = 256
+REOPEN_STRIPES = 64
 
 
 class TaskRegistry:
@@ -47,7 +48,9 @@ class TaskRegistry:
         self._owners: dict[str, str | None] = {}
         self._expired: dict[str, str] = {}  # task id -> the line saying where its bank was exported
         self._lock = threading.Lock()
-        self._reopening = threading.Lock()  # one task reopened at a time: never two sessions on one task
+        # never two sessions on one task; a task being reopened (its bank read back from the store) holds up the
+        # calls on the few task ids that share its stripe only, not every call that needs a task reopened
+        self._reopening = tuple(threading.Lock() for _ in range(REOPEN_STRIPES))
         self._stop = threading.Event()
 
     def start(self, goal: str, *, bank: str | Path | None = None, namespace: str | None = None,
@@ -82,7 +85,7 @@ class TaskRegistry:
         if session is not None:
             return session
         if self.store is not None:
-            with self._reopening:
+            with self._reopening_lock(task_id):
                 session = self._held(task_id, owner)  # reopened by another request meanwhile
                 if session is None:
                     session = self.store.open(task_id, owner)
@@ -95,6 +98,11 @@ class TaskRegistry:
         if expired:
             raise InputError(expired)
         raise InputError(f"no open task {task_id!r}: start one with memory_start_task")
+
+    def _reopening_lock(self, task_id: str) -> threading.Lock:
+        """The lock a reopening of ``task_id`` holds: one of :data:`REOPEN_STRIPES`, by the id's hash (a fixed
+        number, so that ids a client makes up cost no memory)."""
+        return self._reopening[hash(task_id) % REOPEN_STRIPES]
 
     def _held(self, task_id: str, owner: str | None) -> TaskSession | None:
         with self._lock:

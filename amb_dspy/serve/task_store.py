@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import closing
@@ -184,6 +185,8 @@ class SqliteTaskStore(KeptTasks):
     def __init__(self, folder: Path, open_session: Callable[..., TaskSession], embedder: Any):
         self.folder = Path(folder)
         self._open_session, self.embedder = open_session, embedder
+        self._held_open: dict[str, sqlite3.Connection] = {}  # task id -> a connection kept open while it is open
+        self._guard = threading.Lock()
 
     def path(self, task_id: str) -> Path | None:
         """The task's file, or None for an id that can name none (no path from a client's text)."""
@@ -202,6 +205,7 @@ class SqliteTaskStore(KeptTasks):
             connection.execute("BEGIN IMMEDIATE")
             connection.execute("INSERT INTO task_record VALUES (?, ?, ?, ?, ?, ?, ?, ?)", record)
             connection.execute("COMMIT")
+        self._hold_open(session.task_id)
         session.keeper = self
 
     def observing(self, session: TaskSession, tool: str, arguments: dict[str, Any], text: str) -> int:
@@ -228,6 +232,31 @@ class SqliteTaskStore(KeptTasks):
         with self._connection(self.path(task_id)) as connection:
             connection.execute("UPDATE task_record SET status = 'closed', closed_line = ? "
                                "WHERE id = ? AND status = 'open'", (line, task_id))
+        self._let_go(task_id)
+
+    def open(self, task_id: str, owner: str | None) -> TaskSession | None:
+        session = super().open(task_id, owner)
+        if session is not None:
+            self._hold_open(task_id)
+        return session
+
+    # --- the file of an open task, held open ----------------------------------------------------------
+    def _hold_open(self, task_id: str) -> None:
+        """Keep one idle connection to the open task's file. SQLite checkpoints a WAL database and deletes its
+        journal when its last connection closes, with an fsync at each step; every call here opens and closes its
+        own connections (an accepted result, a save), so without this one each of them paid that on closing. The
+        journal is checkpointed as it grows instead (SQLite's own 1,000 pages), and when the task is closed."""
+        with self._guard:
+            if task_id not in self._held_open:
+                connection = sqlite3.connect(self.path(task_id), timeout=_WAIT_S, check_same_thread=False)
+                connection.execute("SELECT COUNT(*) FROM task_record").fetchone()  # it counts once it has read
+                self._held_open[task_id] = connection
+
+    def _let_go(self, task_id: str) -> None:
+        with self._guard:
+            connection = self._held_open.pop(task_id, None)
+        if connection is not None:
+            connection.close()
 
     # --- reading ------------------------------------------------------------------------------
     def task_bank(self, task_id: str):
