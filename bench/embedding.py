@@ -7,8 +7,8 @@ backend, side by side in one run, interleaved so that both see the same load on 
 What is measured:
 
 * throughput: paragraphs per second embedding HotpotQA paragraphs (title + text, as the corpus
-  indexes them), by sentence-transformers, by ONNX at float32 (``AMB_EMBEDDING_PRECISION=float32``)
-  and by the default setting (ONNX, int8 unless configured). The models are loaded and warmed up first; then
+  indexes them), by sentence-transformers, by ONNX at float32 on one session (``AMB_EMBEDDING_PRECISION=float32
+  AMB_EMBEDDING_WORKERS=1``, the default before issue 41) and by the default setting (ONNX, int8 unless configured). The models are loaded and warmed up first; then
   the paragraphs are embedded in rounds, each round giving the same new slice to the three (in a rotating
   order), so no text cache can answer and all run under the same load. ``float_*_cosine`` compare the
   default's vectors to ONNX float32's (the same as sentence-transformers'); ``min_cosine`` compares the
@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 BASELINE, NEW = "sentence-transformers", "onnx"
-FLOAT = "onnx float32"  # the ONNX path at AMB_EMBEDDING_PRECISION=float32: the default before issue 41
+FLOAT = "onnx float32"  # the ONNX path at float32 on one session (AMB_EMBEDDING_WORKERS=1): the default before issue 41
 CONTEXT = ("The Tidewater Lantern Festival is held in Port Merrow on the second Saturday of July every year.\n\n"
            "Port Merrow is a harbour city on the Gull Coast, and the river Calder flows through it into the bay.")
 
@@ -77,7 +77,7 @@ def throughput(paragraphs: list[str], rounds: int) -> dict[str, float]:
     from amb_dspy.retrieval.embedding import default_embedder
 
     models = {BASELINE: default_embedder(BASELINE), FLOAT: default_embedder(config=AmbConfig(
-        embedding_backend="onnx", embedding_precision="float32")), NEW: default_embedder(NEW)}
+        embedding_backend="onnx", embedding_precision="float32", embedding_workers=1)), NEW: default_embedder(NEW)}
     for model in models.values():
         model.embed(["warm-up: the first call loads the model"])
     seconds = dict.fromkeys(models, 0.0)

@@ -8,6 +8,7 @@ ahead. Real embedding model, real bank databases, heuristic policy (no LM)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.memory.bank_writer import BankWriter
 from amb_dspy.memory.documents import read_documents, turn_line
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.ingest_ahead import AHEAD_DOCUMENTS, ReadAhead
+from amb_dspy.memory.ingest_ahead import AHEAD_DOCUMENTS, GIL_SWITCH_S, ReadAhead
 from amb_dspy.task.ingest import DocumentIngest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,3 +127,24 @@ def test_the_reading_stays_a_few_documents_ahead(tmp_path):
             lead.append(len(prepared) - n)
             threading.Event().wait(0.01)  # a commit takes a while: the reading fills the queue
     assert len(prepared) == 30 and max(lead) <= AHEAD_DOCUMENTS + 2 and max(lead) >= 2
+
+
+def test_the_gil_changes_hands_quickly_while_a_pipeline_runs_and_as_before_after(tmp_path):
+    """The embedding thread takes the GIL back after every model run: inside a pipeline (two at once included) the
+    switch interval is GIL_SWITCH_S, and the interval of before is back once the last pipeline ends, a failed one too."""
+    (tmp_path / "note.md").write_text("The ferry leaves at noon.\n")
+    before, seen = sys.getswitchinterval(), []
+
+    def prepare(document) -> list:
+        seen.append(sys.getswitchinterval())
+        return []
+
+    with ReadAhead([tmp_path], 1_000_000, prepare) as outer:
+        list(outer)
+        with ReadAhead([tmp_path], 1_000_000, prepare) as inner:
+            list(inner)
+        seen.append(sys.getswitchinterval())  # the outer pipeline still runs
+    assert seen == [GIL_SWITCH_S] * 3 and GIL_SWITCH_S < before and sys.getswitchinterval() == before
+    with pytest.raises(RuntimeError), ReadAhead([tmp_path], 1_000_000, prepare):
+        raise RuntimeError("a commit failed")
+    assert sys.getswitchinterval() == before

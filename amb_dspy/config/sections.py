@@ -79,6 +79,9 @@ class EmbeddingSettings(Section):
     embedding_precision: Literal["int8", "float32"] = Field(
         "int8", description="onnx: int8, a dynamically quantized copy of the exported model (about 3x faster, "
                             "cosine >= 0.98 to float32), or float32, the exported model itself (AMB_EMBEDDING_PRECISION)")
+    embedding_workers: int | None = Field(
+        None, ge=1, description="onnx: batches run at once, each on its own session with one thread (None: one per "
+                                "CPU, at most 4); the vectors do not depend on it (AMB_EMBEDDING_WORKERS)")
 
     @field_validator("embedder")
     @classmethod

@@ -75,8 +75,8 @@ class SentenceTransformerEmbedder(CachingEmbedder):
 
 
 # One embedder per everything that changes it: the chosen embedder (AMB_EMBEDDER) or the bundled model's backend,
-# batch size, and (ONNX) the folder of the exported model and the precision it runs at.
-_defaults: dict[tuple[str, int | None, Path | None, str | None], CachingEmbedder] = {}
+# batch size, and (ONNX) the folder of the exported model, the precision it runs at and its workers.
+_defaults: dict[tuple[str, int | None, Path | None, str | None, int | None], CachingEmbedder] = {}
 _default_lock = threading.Lock()
 
 
@@ -107,7 +107,7 @@ def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: st
     ``settings.embedder`` chooses (:mod:`amb_dspy.retrieval.chosen_embedding`), else the bundled model."""
     spec = parse_embedder(settings.embedder)
     if spec.kind != "local":
-        key = (str(spec), settings.embedding_batch_size, None, None)
+        key = (str(spec), settings.embedding_batch_size, None, None, None)
         with _default_lock:
             if key not in _defaults:
                 _defaults[key] = chosen_embedder(spec, settings.embedding_batch_size)
@@ -116,13 +116,14 @@ def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: st
     batch = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
     model_home = Path(cache_dir).expanduser().resolve() if name == "onnx" else None
     precision = settings.embedding_precision if name == "onnx" else None  # torch runs the float model only
-    key = (name, settings.embedding_batch_size, model_home, precision)
+    workers = settings.embedding_workers if name == "onnx" else None
+    key = (name, settings.embedding_batch_size, model_home, precision, workers)
     with _default_lock:
         if key not in _defaults:
             if name == "onnx":
                 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 
-                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, precision=precision, **batch)
+                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, precision=precision, workers=workers, **batch)
             else:
                 _defaults[key] = SentenceTransformerEmbedder(**batch)
         return _defaults[key]

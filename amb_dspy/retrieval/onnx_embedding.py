@@ -19,6 +19,13 @@ batched so that little padding is computed; each batch's token vectors are mean-
 attention mask and L2-normalised, as the model's sentence-transformers modules do. Batches are small
 (float32: 8 texts; on a 2-core machine 8 ran about twice as fast as 64 on HotpotQA paragraphs, probably
 because the attention tensors of a large batch outgrow the CPU caches; int8: 1 text, see ``_BATCH_SIZE``).
+
+The batches of one call run ``workers`` at once (``AMB_EMBEDDING_WORKERS``; default one per CPU, at most
+:data:`_MAX_WORKERS`), each worker on its own session of the same model file with one intra-op thread: an ingest
+embeds short texts (HotpotQA sentences average about 30 tokens), for which ONNX Runtime's intra-op threads
+barely helped (int8, 2 threads against 1: +6%) while two texts at once on two sessions nearly doubled the rate.
+A batch's rows do not depend on the session or the thread count that computed them (ONNX Runtime's CPU kernels
+gave bit-identical vectors at 1, 2 and "all" threads, float32 and int8), so the vectors are the serial path's.
 """
 
 from __future__ import annotations
@@ -26,10 +33,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import sys
 import threading
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +65,7 @@ _PRECISION_SUFFIX = {"float32": "", "int8": "-int8"}
 # int8 runs one text a call: its activations are scaled per call, so a text's vector would otherwise depend on
 # the texts (and the padding) it is batched with; and with no padding at all it ran as fast as batches of 8.
 _BATCH_SIZE = {"float32": 8, "int8": 1}
+_MAX_WORKERS = 4  # sessions running batches at once by default: each holds its own copy of the weights
 _export_lock = threading.RLock()  # an export checks itself with a second embedder
 
 
@@ -178,7 +188,8 @@ class OnnxEmbedder(CachingEmbedder):
 
     def __init__(self, model_dir: str | Path | None = None, *, cache_dir: str | Path | None = None,
                  onnx_path: str | Path | None = None, batch_size: int | None = None, cache_size: int = 50_000,
-                 threads: int = 0, precision: str = "float32", notify: Notify = notice):
+                 threads: int = 0, precision: str = "float32", workers: int | None = None,
+                 notify: Notify = notice):
         if precision not in PRECISIONS:
             raise EmbeddingError(f"unknown embedding precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         super().__init__(batch_size=batch_size or _BATCH_SIZE[precision], cache_size=cache_size)
@@ -186,9 +197,13 @@ class OnnxEmbedder(CachingEmbedder):
         self.model_dir = Path(model_dir) if model_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else user_cache_dir() / "amb-dspy"
         self.onnx_path = Path(onnx_path) if onnx_path else None
-        self.threads = threads  # 0: ONNX Runtime's choice (one per physical core)
+        self.workers = workers or default_workers()  # sessions running a call's batches at once
+        # 0: ONNX Runtime's choice (one per physical core) for a single session; one each when several run at once
+        self.threads = threads or (1 if self.workers > 1 else 0)
         self.notify = notify
         self._session = None
+        self._more_sessions: list = []  # the other workers' sessions, opened on the first call that uses them
+        self._pool: ThreadPoolExecutor | None = None
         self._tokenizer = None
         self.model_file: Path | None = None  # the ONNX file run, once loaded
 
@@ -265,25 +280,65 @@ class OnnxEmbedder(CachingEmbedder):
             return self._open(path)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
-        session = self._load()
+        self._load()
         encodings = self._tokenizer.encode_batch(texts)
         lengths = np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
         order = np.argsort(-lengths, kind="stable")  # longest first: each batch pads to similar lengths
+        batches = [order[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), self.batch_size):
-            rows = order[start : start + self.batch_size]
-            width = int(lengths[rows].max())
-            ids = np.zeros((len(rows), width), dtype=np.int64)
-            mask = np.zeros((len(rows), width), dtype=np.int64)
-            for i, row in enumerate(rows):
-                ids[i, : lengths[row]] = encodings[row].ids
-                mask[i, : lengths[row]] = 1
-            hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
-            summed = np.einsum("btd,bt->bd", hidden, mask.astype(np.float32))
-            pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
-            out[rows] = pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
+        pending = iter(batches)
+        taking = threading.Lock()
+
+        def work(session) -> None:
+            while True:
+                with taking:
+                    rows = next(pending, None)
+                if rows is None:
+                    return
+                out[rows] = _pooled(session, [encodings[row].ids for row in rows])
+
+        sessions = self._sessions(len(batches))
+        others = [self._pool.submit(work, session) for session in sessions[1:]] if len(sessions) > 1 else []
+        try:
+            work(sessions[0])
+        finally:
+            wait(others)  # no session is left running into the next call
+        for done in others:
+            done.result()  # a worker's failure is the call's
         return out
 
+    def _sessions(self, batches: int) -> list:
+        """The sessions that run ``batches`` batches: the loaded one, and as many of the other workers' (opened
+        once, from the same model file) as there are batches for them."""
+        wanted = min(self.workers, batches)
+        if wanted > 1 + len(self._more_sessions):
+            with _export_lock:
+                while len(self._more_sessions) < wanted - 1:
+                    self._more_sessions.append(self._open(self.model_file))
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(self.workers - 1, thread_name_prefix="amb-embedding")
+        return [self._session, *self._more_sessions[: wanted - 1]]
+
+
+def default_workers() -> int:
+    """The sessions an embedder runs at once when neither its caller nor ``AMB_EMBEDDING_WORKERS`` says: one per
+    CPU this process may use, at most :data:`_MAX_WORKERS`."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, _MAX_WORKERS))
+
+
+def _pooled(session, rows: list[list[int]]) -> np.ndarray:
+    """The L2-normalised mean-pooled vectors of one batch of token ids (padded to its longest, the padding masked)."""
+    width = max(len(ids) for ids in rows)
+    ids = np.zeros((len(rows), width), dtype=np.int64)
+    mask = np.zeros((len(rows), width), dtype=np.int64)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = 1
+    hidden = session.run(None, {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})[0]
+    summed = np.einsum("btd,bt->bd", hidden, mask.astype(np.float32))
+    pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+    return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
 def main() -> None:
     """Export the bundled model once and make its int8 copy (``make install`` runs this), into AMB_CACHE_DIR or
