@@ -108,3 +108,14 @@ def test_the_http_server_answers_a_call_with_one_json_body(tmp_path):
             kind, body = response.headers.get_content_type(), response.read()
     assert kind == "application/json"
     assert json.loads(body)["result"]["serverInfo"]["name"] == "amb-dspy"
+
+
+def test_a_server_loads_its_embedding_model_before_it_listens():
+    from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
+    from amb_dspy.serve.server import warm_up
+
+    model = OnnxEmbedder()  # a replica's own, not the tests' shared one: its model is loaded on first use
+    bank = MemoryBank(AmbConfig(policy="heuristic"), embedder=model)
+    assert model.encoded_texts == 0
+    warm_up(bank)
+    assert model.encoded_texts == 1  # the model ran once: the first call finds it loaded

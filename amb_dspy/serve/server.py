@@ -146,6 +146,13 @@ def task_store(bank: MemoryBank) -> TaskStore:
     return SqliteTaskStore(bank.config.paths.storage_dir / TASKS_FOLDER, bank.open_session, bank.embedder)
 
 
+def warm_up(bank: MemoryBank) -> None:
+    """Load the embedding model before the server listens, so that a replica that has just started answers its first
+    call as fast as its later ones (the model's session takes about half a second to load on two cores) and a proxy
+    that waits for the port sends it nothing before then."""
+    bank.embedder.embed_one("amb serve is ready")
+
+
 def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.0.1", idle_s: float = 1800.0,
           max_tasks: int = 256, allowed_dirs: Sequence[str | Path] = (), keys: KeyStore | None = None,
           allow_hosts: Sequence[str] = ()) -> None:
@@ -157,6 +164,7 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
     :mod:`amb_dspy.serve.task_store_pg`): a restarted server, or another replica on that database, goes on with
     them."""
     storage = bank.config.paths.storage_dir
+    warm_up(bank)
     store = task_store(bank)
     registry = TaskRegistry(bank.start_session, export_dir=storage / SESSIONS_FOLDER, idle_s=idle_s,
                             max_tasks=max_tasks, store=store)
