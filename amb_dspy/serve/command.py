@@ -72,18 +72,20 @@ def serve_command(
 
 
 def _opened_bank(config, compiled: str | None, allow_dir: list[Path]):
-    """The bank the server serves, its ``--allow-dir`` folders checked and its database (AMB_DATABASE_URL) reached,
-    with its schema brought up to date, before serving; exit 1 in one line when any of it fails."""
+    """The bank the server serves, its embedding model loaded, its ``--allow-dir`` folders checked and its database
+    (AMB_DATABASE_URL) reached, with its schema brought up to date, before serving; exit 1 in one line when any of
+    it fails."""
     from amb_dspy.errors import InputError, UserError, one_line
 
     try:
         from amb_dspy.bank import MemoryBank
-        from amb_dspy.serve.server import serve  # noqa: F401 - the server's SDK, missing: one line before serving
+        from amb_dspy.serve.server import warm_up  # the server's SDK, missing: one line before serving
 
         for folder in allow_dir:
             if not folder.is_dir():
                 raise InputError(f"--allow-dir {folder}: no such folder")
         bank = MemoryBank(config, compiled=compiled)
+        warm_up(bank)  # a model that cannot load is one line here, not a failure of the first call
         if config.paths.database_url:
             from amb_dspy.serve.task_store_pg import open_database
 

@@ -164,7 +164,6 @@ def serve(bank: MemoryBank, *, http_port: int | None = None, host: str = "127.0.
     :mod:`amb_dspy.serve.task_store_pg`): a restarted server, or another replica on that database, goes on with
     them."""
     storage = bank.config.paths.storage_dir
-    warm_up(bank)
     store = task_store(bank)
     registry = TaskRegistry(bank.start_session, export_dir=storage / SESSIONS_FOLDER, idle_s=idle_s,
                             max_tasks=max_tasks, store=store)
