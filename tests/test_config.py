@@ -34,6 +34,7 @@ SETTINGS = [
     ("embedder", "openai/text-embedding-3-small", "dspy:openai/text-embedding-3-small", "embedding"),
     ("embedding_backend", "onnx", "onnx", "embedding"),
     ("embedding_precision", "float32", "float32", "embedding"),
+    ("embedding_workers", "1", 1, "embedding"),
     ("serper_api_key", "serp", "serp", "tools"),
     ("jina_api_key", "jina", "jina", "tools"),
     ("tool_cache", "0", False, "tools"),
