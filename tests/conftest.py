@@ -58,21 +58,28 @@ def conversation():
     return load_locomo(f"locomo:{LOCOMO / '30.json'}")[0]
 
 
+def _throwaway_server(reason: str | None, bin_dir):
+    """A cluster of the PostgreSQL in ``bin_dir`` (None: the machine's), started for the test session and stopped
+    after it, its connection pools closed first; the tests skipped with ``reason`` when there is one."""
+    from postgres_server import PostgresServer
+
+    from amb_dspy.storage.postgres import close_pools
+
+    if reason:
+        pytest.skip(reason)
+    server = PostgresServer(bin_dir).start()
+    yield server
+    close_pools()
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A throwaway PostgreSQL cluster for the whole test session (tests/postgres_server.py); skipped, with the
     reason, on a machine without PostgreSQL or psycopg."""
-    from postgres_server import PostgresServer, skip_reason
+    from postgres_server import skip_reason
 
-    reason = skip_reason()
-    if reason:
-        pytest.skip(reason)
-    server = PostgresServer().start()
-    yield server
-    from amb_dspy.storage.postgres import close_pools
-
-    close_pools()
-    server.stop()
+    yield from _throwaway_server(skip_reason(), None)
 
 
 @pytest.fixture
@@ -85,19 +92,12 @@ def database_url(postgres_server):
 def pgvector_server():
     """A throwaway cluster of the PostgreSQL 16 with pgvector that the ``pgserver`` wheel ships, for the whole
     test session; skipped, with the reason, where that package (the dev extra) or psycopg is missing."""
-    from postgres_server import PostgresServer, pgvector_bin_dir, skip_reason
+    from postgres_server import pgvector_bin_dir, skip_reason
 
     bin_dir = pgvector_bin_dir()
     reason = ("the pgserver package (PostgreSQL with pgvector) is not installed (pip install 'amb-dspy[dev]'): "
               "the pgvector store tests are skipped") if bin_dir is None else skip_reason(bin_dir)
-    if reason:
-        pytest.skip(reason)
-    server = PostgresServer(bin_dir).start()
-    yield server
-    from amb_dspy.storage.postgres import close_pools
-
-    close_pools()
-    server.stop()
+    yield from _throwaway_server(reason, bin_dir)
 
 
 @pytest.fixture
