@@ -340,6 +340,7 @@ def _pooled(session, rows: list[list[int]]) -> np.ndarray:
     pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1)
     return pooled / np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12)
 
+
 def main() -> None:
     """Export the bundled model once and make its int8 copy (``make install`` runs this), into AMB_CACHE_DIR or
     ~/.cache/amb-dspy; a file already there is kept."""

@@ -72,7 +72,8 @@ SCHEMA = [
     "save_id TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (bank, key))",
     vector_columns_step(("bank_nodes", "vector", ("bank", "id"))),  # pgvector where the server has it
 ]
-_ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors", "bank_line_layouts")
+# what a whole save deletes first (the bank's line layouts go at every save, whole or not: _write)
+_ROW_TABLES = ("bank_nodes", "bank_entries", "bank_merge_events", "bank_line_vectors")
 Also = Callable[[Any], None]
 """More statements for a save's transaction, on its psycopg connection."""
 

@@ -225,7 +225,6 @@ def wait_for_kept(timeout: float | None = None) -> None:
         _keeping.pop().join(timeout)
 
 
-
 def stored_layouts(store: MemoryStore, count: Callable[[str], int] = estimate_tokens,
                    line_tokens: int = LINE_TOKENS) -> dict[str, bytes]:
     """The layouts a save of ``store`` keeps with it (``store.save(path, line_layouts=...)``), its lines laid out now
