@@ -6,18 +6,13 @@ embedding model, real processes; the heuristic policy (no LM)."""
 
 from __future__ import annotations
 
-import os
-import select
-import signal
 import sqlite3
-import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from test_bank_store import ROOT, grown, new_bank, same_bank, sessions  # noqa: F401 - fixtures: two sessions' bank
+from test_bank_store import grown, kill_when_mid_save, new_bank, same_bank, sessions  # noqa: F401 - fixtures: two sessions' bank
 from test_writers import finish, notes, start
 
 from amb_dspy.bank import MemoryBank
@@ -165,18 +160,7 @@ def test_kill_9_mid_save_in_the_database_leaves_the_last_saved_bank(  # noqa: F8
         grown, tmp_path, embedder, sessions, database_url):  # noqa: F811
     where = DatabaseBank(database_url, "bank")
     grown.save(where)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, database_url, "bank", str(tmp_path), sessions[2]],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ready, _, _ = select.select([child.stdout], [], [], 300)
-        assert (child.stdout.readline() if ready else "").strip() == "mid-save", child.stderr.read()[-2000:]
-        child.send_signal(signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    kill_when_mid_save(KILLED_MID_SAVE, database_url, "bank", str(tmp_path), sessions[2])
     same_bank(grown, MemoryStore.load(where, embedder))  # the killed add is lost, the bank is not
     store = MemoryStore.load(where, embedder)
     new_bank(tmp_path, embedder).ingest(sessions[2], "session 3", into=store)

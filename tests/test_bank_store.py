@@ -206,8 +206,14 @@ ingested.store.save(path)  # the new lines' vectors too (amb_dspy.storage.line_v
 def kill_mid_save(path: Path, work: Path, text: str, stall: str = "_write_nodes") -> None:
     """Add ``text`` to the bank at ``path`` (a new one when missing) in a child process, and kill it with SIGKILL
     inside its save's transaction, right after ``bank_db``'s function ``stall`` wrote its rows."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", KILLED_MID_SAVE, str(path), str(work), text, stall], cwd=ROOT, env=env,
+    kill_when_mid_save(KILLED_MID_SAVE, str(path), str(work), text, stall)
+
+
+def kill_when_mid_save(script: str, *args: str) -> None:
+    """Run ``python -c script args`` in a child process and kill it with SIGKILL once it prints ``mid-save`` (inside
+    a save's transaction)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    child = subprocess.Popen([sys.executable, "-c", script, *args], cwd=ROOT, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ready, _, _ = select.select([child.stdout], [], [], 300)  # never wait forever on a child that hangs
