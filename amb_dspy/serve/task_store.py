@@ -248,7 +248,7 @@ class SqliteTaskStore(KeptTasks):
         journal is checkpointed as it grows instead (SQLite's own 1,000 pages), and when the task is closed."""
         with self._guard:
             if task_id not in self._held_open:
-                connection = sqlite3.connect(self.path(task_id), timeout=_WAIT_S, check_same_thread=False)
+                connection = self._connection(self.path(task_id), any_thread=True).thing
                 connection.execute("SELECT COUNT(*) FROM task_record").fetchone()  # it counts once it has read
                 self._held_open[task_id] = connection
 
@@ -284,9 +284,10 @@ class SqliteTaskStore(KeptTasks):
         return [(int(seq), str(tool), json.loads(arguments), str(text)) for seq, tool, arguments, text in rows]
 
     @staticmethod
-    def _connection(path: Path, schema: bool = False) -> closing[sqlite3.Connection]:
-        """A connection to a task's file (``schema``: its tables made); autocommit unless a BEGIN says otherwise."""
-        connection = sqlite3.connect(path, timeout=_WAIT_S, isolation_level=None)
+    def _connection(path: Path, schema: bool = False, any_thread: bool = False) -> closing[sqlite3.Connection]:
+        """A connection to a task's file (``schema``: its tables made; ``any_thread``: usable and closable from any
+        thread); autocommit unless a BEGIN says otherwise."""
+        connection = sqlite3.connect(path, timeout=_WAIT_S, isolation_level=None, check_same_thread=not any_thread)
         connection.execute("PRAGMA journal_mode=WAL")
         connection.execute("PRAGMA synchronous=FULL")
         for statement in _SCHEMA if schema else ():
