@@ -47,7 +47,7 @@ def test_the_int8_copy_is_made_beside_the_export_and_loads(tmp_path, float32):
     int8 = OnnxEmbedder(cache_dir=tmp_path, precision="int8", notify=notes.append)
     texts = demo_passages()
     got, expected = int8.embed(texts), float32.embed(texts)
-    assert sorted(p.name for p in target.parent.iterdir()) == ["model.int8.onnx", "model.onnx"]  # nothing partial left
+    assert sorted(p.name for p in target.parent.iterdir()) == ["model.int8.unpadded.onnx", "model.onnx"]  # nothing partial left
     assert int8_model_path(target).is_file() and len(notes) == 1 and notes[0].startswith("quantizing the embedding model")
     cosines = (got * expected).sum(axis=1)
     assert cosines.min() >= 0.98 and not np.allclose(got, expected, atol=1e-3)
@@ -72,7 +72,7 @@ def test_the_precision_setting_switches_the_model_and_the_recorded_name(monkeypa
     assert default_embedder() is float32 and float32.precision == "float32"
     monkeypatch.setenv("AMB_EMBEDDING_PRECISION", "int8")
     assert default_embedder() is int8 and int8.precision == "int8"
-    assert (int8.model_file.name, float32.model_file.name) == ("model.int8.onnx", "model.onnx")
+    assert (int8.model_file.name, float32.model_file.name) == ("model.int8.unpadded.onnx", "model.onnx")
     reference = default_embedder("sentence-transformers")
     assert embedding_model_name(float32) == embedding_model_name(reference)  # the same vectors, the same name
     assert embedding_model_name(int8) == f"{embedding_model_name(float32)}+int8"

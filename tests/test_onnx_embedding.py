@@ -102,7 +102,7 @@ def test_the_banks_config_picks_its_embedder_and_each_setting_its_own(tmp_path):
     from amb_dspy.bank import MemoryBank
     from amb_dspy.config import AmbConfig
 
-    config = AmbConfig(embedding_backend="onnx", embedding_batch_size=3, cache_dir=tmp_path / "models",
+    config = AmbConfig(embedding_backend="onnx", embedding_precision="float32", embedding_batch_size=3, cache_dir=tmp_path / "models",
                        storage_dir=tmp_path / "s", temp_dir=tmp_path / "t")
     embedder = MemoryBank(config, lm=ScriptedLM()).embedder
     assert isinstance(embedder, OnnxEmbedder)

@@ -75,7 +75,7 @@ class EmbeddingSettings(Section):
 
     embedding_backend: Literal["auto", "onnx", "sentence-transformers"] = Field(
         "auto", description="auto: ONNX Runtime when installed, else sentence-transformers (same vectors)")
-    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx 8, torch 64)")
+    embedding_batch_size: int | None = Field(None, ge=1, description="None: the backend's own (onnx float32 8, torch 64); onnx int8 always runs one text a call")
     embedding_precision: Literal["int8", "float32"] = Field(
         "int8", description="onnx: int8, a dynamically quantized copy of the exported model (about 3x faster, "
                             "cosine >= 0.98 to float32), or float32, the exported model itself (AMB_EMBEDDING_PRECISION)")

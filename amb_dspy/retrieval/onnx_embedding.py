@@ -2,7 +2,8 @@
 
 The bundled weights are exported to ONNX once, by torch (``torch.onnx``), into
 ``<cache dir>/models/<model>-<fingerprint>/model.onnx``, and an int8 copy of that export is made beside it
-(``model.int8.onnx``, by ONNX Runtime's dynamic quantization): at install (``python -m
+(``model.int8.unpadded.onnx``, by ONNX Runtime's dynamic quantization, without the padding mask a text run alone
+does not need: :mod:`amb_dspy.retrieval.onnx_graph`): at install (``python -m
 amb_dspy.retrieval.onnx_embedding``, which ``make install`` runs) or on first use, with a notice.
 The export is checked against sentence-transformers before it is kept (cosine >= 0.9999), the int8 copy
 against the export (cosine >= 0.98), and a file that ONNX Runtime cannot load is made again. Nothing is
@@ -64,7 +65,7 @@ PRECISIONS = ("int8", "float32")
 _PRECISION_SUFFIX = {"float32": "", "int8": "-int8"}
 # int8 runs one text a call: its activations are scaled per call, so a text's vector would otherwise depend on
 # the texts (and the padding) it is batched with; and with no padding at all it ran as fast as batches of 8.
-_BATCH_SIZE = {"float32": 8, "int8": 1}
+_BATCH_SIZE = {"float32": 8, "int8": 1}  # int8: always 1 (its model has no padding mask)
 _MAX_WORKERS = 4  # sessions running batches at once by default: each holds its own copy of the weights
 _export_lock = threading.RLock()  # an export checks itself with a second embedder
 
@@ -88,13 +89,16 @@ def _sentence_config(model_dir: Path) -> int:
 
 
 def int8_model_path(float_path: Path) -> Path:
-    """Where the int8 copy of the exported model ``float_path`` lives: beside it."""
-    return float_path.with_name(f"{float_path.stem}.int8.onnx")
+    """Where the int8 copy of the exported model ``float_path`` lives: beside it. It runs one text a call, so its
+    graph has no padding mask (:mod:`amb_dspy.retrieval.onnx_graph`); an older copy with one, ``model.int8.onnx``,
+    is left where it is, unused."""
+    return float_path.with_name(f"{float_path.stem}.int8.unpadded.onnx")
 
 
 def quantize_int8(model_dir: Path, float_path: Path, target: Path) -> Path:
     """Write a dynamically quantized (int8 weights, int8 activations scaled per call) copy of the exported
-    model ``float_path`` to ``target``, once checked against the float model (cosine >= 0.98)."""
+    model ``float_path`` to ``target``, without its padding mask (:func:`_unpadded`), once checked against the
+    float model (cosine >= 0.98)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     partial = new_temp_beside(target)
@@ -110,8 +114,9 @@ def quantize_int8(model_dir: Path, float_path: Path, target: Path) -> Path:
                              op_types_to_quantize=["MatMul"], extra_options={"MatMulConstBOnly": True})
         finally:
             root.setLevel(level)
+        _unpadded(model_dir, partial)
         expected = OnnxEmbedder(model_dir=model_dir, onnx_path=float_path)._encode(_CHECK_TEXTS)
-        _keep_if_close(model_dir, partial, target, expected, _MIN_INT8_COSINE,
+        _keep_if_close(model_dir, partial, target, expected, _MIN_INT8_COSINE, "int8",
                        f"the int8 copy of {model_dir.name} differs from the float model (cosine {{:.4f}}); "
                        "use AMB_EMBEDDING_PRECISION=float32")
     except EmbeddingError:
@@ -123,11 +128,34 @@ def quantize_int8(model_dir: Path, float_path: Path, target: Path) -> Path:
     return target
 
 
+def _unpadded(model_dir: Path, path: Path) -> None:
+    """Take the padding mask out of the int8 model at ``path`` (:func:`~amb_dspy.retrieval.onnx_graph.drop_padding_mask`)
+    if the edited graph gives the check texts bit-identical vectors, run one a call as int8 runs them; otherwise
+    (another exporter's graph) the model stays as it is: right, only slower."""
+    import onnx
+
+    from amb_dspy.retrieval.onnx_graph import drop_padding_mask
+
+    model = onnx.load(str(path))
+    if not drop_padding_mask(model):
+        return
+    edited = new_temp_beside(path)
+    try:
+        onnx.save(model, str(edited))
+        texts = [*_CHECK_TEXTS, " ".join(_CHECK_TEXTS) * 2]  # the last cut at the model's longest
+        before, after = (OnnxEmbedder(model_dir=model_dir, onnx_path=p, precision="int8")._encode(texts) for p in (path, edited))
+        if np.array_equal(before, after):
+            replace_with(edited, path)
+    finally:
+        edited.unlink(missing_ok=True)
+
+
 def _keep_if_close(model_dir: Path, partial: Path, target: Path, expected: np.ndarray, least: float,
-                   differs: str) -> None:
-    """Put the model written at ``partial`` in place at ``target`` if its vectors of the check texts are each within
-    cosine ``least`` of ``expected``; else EmbeddingError (``differs``, formatted with the lowest cosine)."""
-    got = OnnxEmbedder(model_dir=model_dir, onnx_path=partial)._encode(_CHECK_TEXTS)
+                   precision: str, differs: str) -> None:
+    """Put the model written at ``partial`` in place at ``target`` if its vectors of the check texts (run as
+    ``precision`` runs them) are each within cosine ``least`` of ``expected``; else EmbeddingError (``differs``,
+    formatted with the lowest cosine)."""
+    got = OnnxEmbedder(model_dir=model_dir, onnx_path=partial, precision=precision)._encode(_CHECK_TEXTS)
     cosine = float((expected * got).sum(axis=1).min())
     if cosine < least:
         raise EmbeddingError(differs.format(cosine))
@@ -172,7 +200,7 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
                 opset_version=17, dynamo=False,
             )
         expected = model.encode(_CHECK_TEXTS, normalize_embeddings=True, convert_to_numpy=True)
-        _keep_if_close(model_dir, partial, target, expected, _MIN_EXPORT_COSINE,
+        _keep_if_close(model_dir, partial, target, expected, _MIN_EXPORT_COSINE, "float32",
                        f"the ONNX export of {model_dir.name} differs from sentence-transformers (cosine {{:.5f}})")
     except EmbeddingError:
         raise
@@ -192,7 +220,9 @@ class OnnxEmbedder(CachingEmbedder):
                  notify: Notify = notice):
         if precision not in PRECISIONS:
             raise EmbeddingError(f"unknown embedding precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-        super().__init__(batch_size=batch_size or _BATCH_SIZE[precision], cache_size=cache_size)
+        # int8 runs one text a call whatever is asked: its graph has no padding mask (int8_model_path)
+        super().__init__(batch_size=_BATCH_SIZE[precision] if precision == "int8" else batch_size or _BATCH_SIZE[precision],
+                         cache_size=cache_size)
         self.precision = precision
         self.model_dir = Path(model_dir) if model_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else user_cache_dir() / "amb-dspy"
