@@ -148,3 +148,29 @@ def test_the_gil_changes_hands_quickly_while_a_pipeline_runs_and_as_before_after
     with pytest.raises(RuntimeError), ReadAhead([tmp_path], 1_000_000, prepare):
         raise RuntimeError("a commit failed")
     assert sys.getswitchinterval() == before
+
+
+def test_the_progress_counts_the_documents_tokens_and_shows_their_rate(tmp_path, embedder, folder, monkeypatch):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from amb_dspy.text import estimate_tokens
+    from amb_dspy.view import progress
+
+    events = []
+    result = heuristic_bank(tmp_path, embedder, events).add_documents([folder], into=tmp_path / "b.sqlite")
+    tokens = sum(estimate_tokens(d.text) for d in read_documents([folder], 10**9, lambda line: None))
+    committed = [e for e in events if e.phase == "committed"]
+    assert [e.done for e in committed] == list(range(1, 8)) and committed[-1].text_tokens == result.text_tokens == tokens
+    assert 0 < committed[0].text_tokens < committed[1].text_tokens
+    assert f"s ({tokens / result.seconds:,.0f} document tokens/s); bank written" in result.summary()
+
+    clock = iter([100.0, 102.0])  # the first document shown at 100 s, the first commit at 102
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    out = StringIO()
+    show = progress.progress_display(Console(file=out, width=200), None)
+    show(events[0])
+    show(committed[0])
+    rate = committed[0].text_tokens / 2
+    assert f"committed 1/7, {rate:,.0f} tokens/s, about 12 s left: " in out.getvalue()

@@ -27,7 +27,7 @@ from amb_dspy.task.inputs import checked_context
 from amb_dspy.task.result import IngestResult
 from amb_dspy.task.session import TaskSession
 from amb_dspy.task.state import ProgressEvent
-from amb_dspy.text import valid_text
+from amb_dspy.text import estimate_tokens, valid_text
 
 __all__ = ["DocumentIngest"]
 
@@ -128,15 +128,16 @@ class DocumentIngest:
             expected.total -= 1
             self._report("notice", line, writer.store)
             return False
-        result.record(document.name, ingested)  # its usage, fallbacks and errors summed in
+        result.record(document.name, ingested, estimate_tokens(document.text))  # its usage, fallbacks and errors summed in
         phase = "unchanged" if not (ingested.added or ingested.replaced) else \
             "committed" if writer.database else "added"
-        self._report(phase, document.name, writer.store, done=result.done, total=expected.total)
+        self._report(phase, document.name, writer.store, done=result.done, total=expected.total,
+                     text_tokens=result.text_tokens)
         return True
 
     def _report(self, phase: str, message: str, store: MemoryStore | None = None, **count: int) -> None:
         """A progress event outside any session's (a document starting or committed, a file skipped); ``count``:
-        ``done`` and ``total`` documents of an add."""
+        ``done`` and ``total`` documents of an add, and the ``text_tokens`` of those done."""
         if self.progress is not None:
             nodes, edges = (len(store.graph), store.graph.edge_count) if store is not None else (0, 0)
             self.progress(ProgressEvent(phase=phase, loop=0, nodes=nodes, edges=edges, conflicts=0, lm_calls=0,

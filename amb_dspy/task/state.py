@@ -25,6 +25,7 @@ class ProgressEvent:
     fallbacks: dict[str, int] = field(default_factory=dict)  # per agent, deterministic policies used so far
     done: int = 0  # an add of documents: how many are done (committed, added or unchanged) ...
     total: int = 0  # ... of how many expected (0: not an add's count)
+    text_tokens: int = 0  # ... and the estimated tokens of the documents done
 
 
 @dataclass

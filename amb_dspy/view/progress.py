@@ -18,7 +18,7 @@ from amb_dspy.text import printable
 def progress_display(console, status):
     """The display of a run's or an ingest's progress events on stderr: the status line on a terminal,
     one plain line per step in a log file or CI; notices and checkpoints are always printed. An add's document
-    count (``done`` of ``total``) is shown with an estimate of the time left."""
+    count (``done`` of ``total``) is shown with the rate of its documents' tokens and an estimate of the time left."""
     clock = _Clock()
 
     def show(event) -> None:
@@ -30,7 +30,9 @@ def progress_display(console, status):
                                "continues this run if it stops)"), highlight=False, soft_wrap=True)
             return
         if event.total:
-            line = (f"{event.phase} {event.done}/{event.total}{clock.left(event.done, event.total)}: "
+            seconds = clock.elapsed()
+            line = (f"{event.phase} {event.done}/{event.total}{_rate(event.text_tokens, seconds)}"
+                    f"{_left(event.done, event.total, seconds)}: "
                     f"{_tail(printable(event.message), 80)}")
         else:
             clock.start()
@@ -85,7 +87,7 @@ class _BarLine:
 
 
 class _Clock:
-    """When the work began (the first step shown), and the time left at the rate so far."""
+    """When the work began: the first step shown."""
 
     def __init__(self):
         self.began: float | None = None
@@ -94,14 +96,24 @@ class _Clock:
         if self.began is None:
             self.began = time.monotonic()
 
-    def left(self, done: int, total: int) -> str:
-        """``, about 2 min left`` (nothing before the first document is done, or after the last)."""
+    def elapsed(self) -> float:
+        """Seconds since the work began (it begins now if it had not)."""
         self.start()
-        if not done or done >= total:
-            return ""
-        seconds = (time.monotonic() - self.began) / done * (total - done)
-        return f", about {max(1, round(seconds))} s left" if seconds < 90 else \
-            f", about {seconds / 60:.0f} min left" if seconds < 5400 else f", about {seconds / 3600:.1f} h left"
+        return time.monotonic() - self.began
+
+
+def _rate(text_tokens: int, seconds: float) -> str:
+    """``, 5,473 tokens/s``: the documents' tokens done per second so far (nothing in the first second)."""
+    return f", {text_tokens / seconds:,.0f} tokens/s" if text_tokens and seconds >= 1 else ""
+
+
+def _left(done: int, total: int, seconds: float) -> str:
+    """``, about 2 min left`` at the rate so far (nothing before the first document is done, or after the last)."""
+    if not done or done >= total:
+        return ""
+    left = seconds / done * (total - done)
+    return f", about {max(1, round(left))} s left" if left < 90 else \
+        f", about {left / 60:.0f} min left" if left < 5400 else f", about {left / 3600:.1f} h left"
 
 
 def run_summary(console, result) -> None:
