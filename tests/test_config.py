@@ -35,6 +35,7 @@ SETTINGS = [
     ("embedding_backend", "onnx", "onnx", "embedding"),
     ("embedding_precision", "float32", "float32", "embedding"),
     ("embedding_workers", "1", 1, "embedding"),
+    ("embedding_node_vectors", "whole", "whole", "embedding"),
     ("serper_api_key", "serp", "serp", "tools"),
     ("jina_api_key", "jina", "jina", "tools"),
     ("tool_cache", "0", False, "tools"),

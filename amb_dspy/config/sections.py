@@ -82,6 +82,10 @@ class EmbeddingSettings(Section):
     embedding_workers: int | None = Field(
         None, ge=1, description="onnx: batches run at once, each on its own session with one thread (None: one per "
                                 "CPU, at most 4); the vectors do not depend on it (AMB_EMBEDDING_WORKERS)")
+    embedding_node_vectors: Literal["sentences", "whole"] = Field(
+        "sentences", description="the bundled model: a node's text of several sentences gets the token-weighted mean "
+                                 "of its sentences' vectors (sentences: those an ingest embedded are not run again) "
+                                 "or its own (whole); a chosen embedder embeds node texts whole (AMB_EMBEDDING_NODE_VECTORS)")
 
     @field_validator("embedder")
     @classmethod

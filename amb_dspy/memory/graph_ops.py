@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from amb_dspy.memory.bank_io import StoreFiles, embedding_model_name
-from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding import Embedder, embed_node_texts
 from amb_dspy.retrieval.hybrid import HybridIndex, retrieve
 from amb_dspy.storage.bank_file import check_sources
 from amb_dspy.storage.bank_rows import SavePoint
@@ -82,8 +82,8 @@ class MemoryStore(StoreFiles):
     def _did(self, undo: Callable[[], None]) -> None:
         self._undo.append(undo)
 
-    def _embed(self, texts: list[str]) -> np.ndarray:
-        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+    def _embed(self, texts: list[str], nodes: bool = True) -> np.ndarray:  # nodes: node texts (embed_node_texts)
+        vectors = np.asarray(embed_node_texts(self.embedder, texts) if nodes else self.embedder.embed(texts), dtype=np.float32)
         if vectors.shape != (len(texts), self.index.dim):
             raise ValueError(f"embedder returned shape {vectors.shape}, expected {(len(texts), self.index.dim)}")
         return vectors
@@ -377,7 +377,7 @@ class MemoryStore(StoreFiles):
         return found or retrieve(self.graph, self.index, query_vector, query_text, k=k, alpha=alpha, exclude=exclude)
 
     def retrieve_for_text(self, text: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
-        return self.retrieve(self._embed([text])[0], text, k=k, alpha=alpha, exclude=exclude)
+        return self.retrieve(self._embed([text], nodes=False)[0], text, k=k, alpha=alpha, exclude=exclude)
 
     def retrieve_for_node(self, node_id: str, k: int = 5, alpha: float = 0.5, exclude: Collection[str] = ()):
         node = self.graph.node(node_id)

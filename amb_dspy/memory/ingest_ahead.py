@@ -41,6 +41,7 @@ from amb_dspy.lm import AgentLMs
 from amb_dspy.memory.documents import Expected, NamedDocument, dated_sessions, read_documents
 from amb_dspy.memory.view.lines import LINE_TOKENS, pieces
 from amb_dspy.memory.writer import cut_clusters, structure_batch
+from amb_dspy.retrieval.embedding_base import embed_node_texts
 from amb_dspy.storage.query_graph import node_text
 
 AHEAD_DOCUMENTS = 4  # documents read and prepared ahead of the one being committed
@@ -195,7 +196,8 @@ class Preparer:
         asked = {"batch": structure_batch(cut), "task_goal": goal}
         structured = self._policy("structure", asked)
         keys.append(self.answers.put("structure", asked, structured))
-        self.embedder.embed([node_text(s.summary, c.context, list(c.keywords)) for (_, c, _), s in zip(cut, structured)])
+        embed_node_texts(self.embedder, [node_text(s.summary, c.context, list(c.keywords))
+                                         for (_, c, _), s in zip(cut, structured)])
         self.embedder.embed([text[a:b] for _, _, spans in cut for span in spans
                              for a, b, _ in pieces(text, *span, estimate_tokens, LINE_TOKENS)])
         return keys

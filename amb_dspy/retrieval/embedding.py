@@ -32,6 +32,7 @@ from amb_dspy.retrieval.embedding_base import (
     Embedder,
     EmbeddingError,
     bundled_minilm_dir,
+    embed_node_texts,
     load_sentence_transformer,
     model_fingerprint,
     model_label,
@@ -43,7 +44,8 @@ if TYPE_CHECKING:
 
 # The shared names stay importable from here, where callers have always found them.
 __all__ = ["EMBEDDING_BACKENDS", "MINILM_DIM", "MINILM_PACKAGE", "CachingEmbedder", "Embedder", "EmbeddingError",
-           "SentenceTransformerEmbedder", "bundled_minilm_dir", "default_embedder", "load_sentence_transformer",
+           "SentenceTransformerEmbedder", "bundled_minilm_dir", "default_embedder", "embed_node_texts",
+           "load_sentence_transformer",
            "model_fingerprint", "model_label", "remember_vectors", "resolve_backend", "shared_embedder"]
 
 EMBEDDING_BACKENDS = ("auto", "onnx", "sentence-transformers")
@@ -52,8 +54,9 @@ EMBEDDING_BACKENDS = ("auto", "onnx", "sentence-transformers")
 class SentenceTransformerEmbedder(CachingEmbedder):
     """all-MiniLM-L6-v2 (or any local sentence-transformers directory) through sentence-transformers and torch."""
 
-    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64, cache_size: int = 50_000):
-        super().__init__(batch_size=batch_size, cache_size=cache_size)
+    def __init__(self, model_dir: str | Path | None = None, batch_size: int = 64, cache_size: int = 50_000,
+                 node_vectors: str = "whole"):
+        super().__init__(batch_size=batch_size, cache_size=cache_size, node_vectors=node_vectors)
         self.model_dir = Path(model_dir) if model_dir else None
         self._model = None
 
@@ -113,17 +116,18 @@ def shared_embedder(settings: EmbeddingSettings, cache_dir: Path, *, backend: st
                 _defaults[key] = chosen_embedder(spec, settings.embedding_batch_size)
             return _defaults[key]
     name = resolve_backend(backend or settings.embedding_backend)
-    batch = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
+    options = {"batch_size": settings.embedding_batch_size} if settings.embedding_batch_size else {}
+    options["node_vectors"] = settings.embedding_node_vectors
     model_home = Path(cache_dir).expanduser().resolve() if name == "onnx" else None
     precision = settings.embedding_precision if name == "onnx" else None  # torch runs the float model only
     workers = settings.embedding_workers if name == "onnx" else None
-    key = (name, settings.embedding_batch_size, model_home, precision, workers)
+    key = (name, settings.embedding_batch_size, model_home, precision, workers, settings.embedding_node_vectors)
     with _default_lock:
         if key not in _defaults:
             if name == "onnx":
                 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
 
-                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, precision=precision, workers=workers, **batch)
+                _defaults[key] = OnnxEmbedder(cache_dir=cache_dir, precision=precision, workers=workers, **options)
             else:
-                _defaults[key] = SentenceTransformerEmbedder(**batch)
+                _defaults[key] = SentenceTransformerEmbedder(**options)
         return _defaults[key]

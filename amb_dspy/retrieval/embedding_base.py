@@ -83,9 +83,11 @@ class CachingEmbedder:
 
     model_id: str = ""
 
-    def __init__(self, batch_size: int = 64, cache_size: int = 50_000):
+    def __init__(self, batch_size: int = 64, cache_size: int = 50_000, node_vectors: str = "whole"):
         self.batch_size = batch_size
         self.cache_size = cache_size
+        # how a node's text of several sentences is embedded (:meth:`embed_nodes`): whole, or pooled from its sentences
+        self.node_vectors = node_vectors
         self._dim: int | None = MINILM_DIM  # None: learnt from the model on first use (:meth:`_learn_dim`)
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the cache's
@@ -150,6 +152,21 @@ class CachingEmbedder:
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
 
+    def embed_nodes(self, texts: list[str]) -> np.ndarray:
+        """The vectors of node texts (summary, context, keywords): each embedded whole, or under ``node_vectors ==
+        "sentences"`` pooled from its sentences' vectors (:mod:`amb_dspy.retrieval.sentence_pooling`)."""
+        if self.node_vectors == "whole":
+            return self.embed(texts)
+        from amb_dspy.retrieval.sentence_pooling import pooled_vectors
+
+        return pooled_vectors(self, list(texts))
+
+    def cached(self, texts: list[str]) -> dict[str, np.ndarray]:
+        """The vectors the cache holds for any of ``texts``, by text (nothing runs through the model)."""
+        keys = {text: hashlib.sha1(text.encode("utf-8")).digest() for text in texts}
+        with self._lock:
+            return {text: self._cache[key] for text, key in keys.items() if key in self._cache}
+
     def remember(self, texts: list[str], vectors: np.ndarray) -> None:
         """Take ``vectors`` as this model's vectors of ``texts``, computed before (a bank's nodes keep theirs):
         a later :meth:`embed` of those texts reads them instead of running the model."""
@@ -167,6 +184,12 @@ def remember_vectors(embedder: Embedder, texts: list[str], vectors: list[np.ndar
     that keeps no cache of vectors embeds them again when asked."""
     if isinstance(embedder, CachingEmbedder):
         embedder.remember(texts, vectors)
+
+
+def embed_node_texts(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """The vectors of node texts as ``embedder`` makes them (:meth:`CachingEmbedder.embed_nodes`); an embedder that
+    keeps no cache of vectors embeds them whole."""
+    return embedder.embed_nodes(texts) if isinstance(embedder, CachingEmbedder) else embedder.embed(texts)
 
 
 def embedding_model_name(embedder: Embedder) -> str:

@@ -217,12 +217,12 @@ class OnnxEmbedder(CachingEmbedder):
     def __init__(self, model_dir: str | Path | None = None, *, cache_dir: str | Path | None = None,
                  onnx_path: str | Path | None = None, batch_size: int | None = None, cache_size: int = 50_000,
                  threads: int = 0, precision: str = "float32", workers: int | None = None,
-                 notify: Notify = notice):
+                 node_vectors: str = "whole", notify: Notify = notice):
         if precision not in PRECISIONS:
             raise EmbeddingError(f"unknown embedding precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
         # int8 runs one text a call whatever is asked: its graph has no padding mask (int8_model_path)
         super().__init__(batch_size=_BATCH_SIZE[precision] if precision == "int8" else batch_size or _BATCH_SIZE[precision],
-                         cache_size=cache_size)
+                         cache_size=cache_size, node_vectors=node_vectors)
         self.precision = precision
         self.model_dir = Path(model_dir) if model_dir else None
         self.cache_dir = Path(cache_dir) if cache_dir else user_cache_dir() / "amb-dspy"

@@ -32,8 +32,9 @@ import numpy as np
 
 from amb_dspy.agents.analysis import AnalysisAgent, AnalysisOutput, NodeInfo, Relationship, unique_candidates
 from amb_dspy.agents.chunking import split_sentences
-from amb_dspy.agents.fallback.similarity import embed, embedder_or_default
+from amb_dspy.agents.fallback.similarity import embedder_or_default
 from amb_dspy.retrieval.embedding import Embedder
+from amb_dspy.retrieval.embedding_base import embed_node_texts
 from amb_dspy.retrieval.keyword import bm25_scores, tokenize
 from amb_dspy.storage.query_graph import node_text
 
@@ -76,7 +77,7 @@ def relate_by_hybrid_score(
 def hybrid_scores(new_node: NodeInfo, candidates: list[NodeInfo], embedder: Embedder) -> np.ndarray:
     """The hybrid score of each candidate against ``new_node`` (see module docstring), in [-1, 1]."""
     texts = [node_text(n.summary, n.context, n.keywords) for n in [new_node, *candidates]]
-    vectors = embed(embedder, texts)
+    vectors = np.asarray(embed_node_texts(embedder, texts), dtype=np.float64)
     cosine = vectors[1:] @ vectors[0]
 
     sentences = [(number, tokens) for number, text in enumerate(texts) for tokens in _sentence_tokens(text)]
