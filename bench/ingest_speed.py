@@ -141,7 +141,7 @@ def main() -> None:
             ingest(hotpotqa, work, {}, profile=args.profile)
     load_after = os.getloadavg()[0]
     print(f"amb ingest --policy heuristic, fresh bank each; {args.repeats} run(s) per path (median); {os.cpu_count()} CPUs, "
-          f"load average {load_before:.1f} before, {load_after:.1f} after; baseline = AMB_EMBEDDING_PRECISION=float32 AMB_EMBEDDING_WORKERS=1")
+          f"load average {load_before:.1f} before, {load_after:.1f} after; baseline = " + " ".join(f"{k}={v}" for k, v in BASELINE.items()))
     print(f"{'set':<10} {'tokens':>8} {'texts':>7} {'baseline tok/s':>15} {'default tok/s':>14} {'speed-up':>9} "
           f"{'embed share b/d':>16} {'load':>5}")
     for name, r in results.items():
