@@ -59,6 +59,8 @@ def kept_open(path: str | Path) -> Iterator[None]:
 
 def kept_here(path: Path) -> bool:
     """Whether a connection to the file at ``path`` is kept open in this process (by any thread)."""
+    if not _inodes:  # no add running: no need to look at the file
+        return False
     identity = _identity(path)
     with _inodes_lock:
         return identity is not None and identity in _inodes
