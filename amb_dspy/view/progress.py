@@ -19,7 +19,8 @@ def progress_display(console, status):
     """The display of a run's or an ingest's progress events on stderr: the status line on a terminal,
     one plain line per step in a log file or CI; notices and checkpoints are always printed. An add's document
     count (``done`` of ``total``) is shown with an estimate of the time left."""
-    clock, terminal = _Clock(), console.is_terminal  # asked once: each ask is system calls, at every event
+    clock = _Clock()
+    terminal = console.is_terminal  # asked once: each ask is system calls, and events come several a document
 
     def show(event) -> None:
         if event.phase == "notice":  # said once, whatever the display
