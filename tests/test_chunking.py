@@ -70,6 +70,18 @@ def _smollm2_counter():
     return lambda text: len(model.tokenize(text.encode("utf-8"), add_bos=False, special=False))
 
 
+def test_counts_of_smollm2_vocabulary_alone_are_its_tokenizers():
+    """What the heuristic policies size text with (the vocabulary alone, llama.cpp's tokenizer called holding the
+    GIL): the count llama-cpp-python's own tokenizer gives, short texts (remembered) and long ones alike."""
+    from amb_dspy.lm.llama_engine import smollm2_path
+    from amb_dspy.lm.llama_models import COUNTED_CHARS, count_tokens
+
+    real = _smollm2_counter()
+    texts = [*split_paragraphs(PROSE), "café naïve 日本語 — “quoted” ½", "", " ", long_document(30)]
+    assert len(texts[-1]) > COUNTED_CHARS
+    assert [count_tokens(str(smollm2_path()), text) for text in texts] == [real(text) for text in texts]
+
+
 def test_estimate_overcounts_the_real_smollm2_tokenizer():
     real = _smollm2_counter()
     for paragraph in split_paragraphs(PROSE) + [long_document(30)]:

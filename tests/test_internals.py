@@ -3,6 +3,7 @@ installed versions. A failure here names the function to update after an upgrade
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import inspect
 from typing import Any
@@ -62,3 +63,6 @@ def test_llama_cpp_public_api_used_by_the_embedded_engine():
         lib="llama-cpp-python", what="Llama.model", where=where)
     assert "use_extra_bufts" in dict(llama_c.llama_model_params._fields_), UPGRADE.format(
         lib="llama-cpp-python", what="llama_model_params.use_extra_bufts", where=where)
+    assert isinstance(llama_c.llama_tokenize, ctypes._CFuncPtr) and len(llama_c.llama_tokenize.argtypes) == 7, \
+        UPGRADE.format(lib="llama-cpp-python", what="llama_tokenize as a ctypes function (called holding the GIL)",
+                       where=where)

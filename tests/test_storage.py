@@ -89,7 +89,8 @@ def test_tree_has_no_way_to_edit_or_delete_an_entry():
     # nothing public removes or edits an entry (atomic() only takes back what its own failed block appended)
     public = {name for name in dir(InteractionTree) if not name.startswith("_")} - set(dir(InteractionTree.__mro__[1]))
     assert public == {"entries", "node_to_entries", "merge_events", "entries_for", "add_entry", "link",
-                      "relink_merged", "unlink_node", "to_dict", "from_dict", "atomic", "with_hash", "document_named"}
+                      "relink_merged", "unlink_node", "to_dict", "from_dict", "atomic", "with_hash", "document_named",
+                      "entry_ids_of"}
     assert tree.unlink_node("n1") == [e.entry_id]  # forgetting a node keeps its entries
     assert e.entry_id in tree.entries
 

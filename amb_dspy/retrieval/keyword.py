@@ -12,6 +12,7 @@ import itertools
 import math
 import sys
 from collections import Counter
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -161,6 +162,9 @@ class BM25Index:
         self._total_len = 0
         self._eps_cache: tuple[int, float] | None = None  # (version, epsilon * average idf)
         self._version = 0
+        # document frequency -> how many terms have it: the mean idf over the vocabulary from a few hundred numbers
+        # rather than from every term's postings (a large bank's vocabulary is 100,000 terms, and an add changes it)
+        self._dfs: Counter[int] = Counter()
 
     def __len__(self) -> int:
         return len(self._doc_terms)
@@ -178,7 +182,18 @@ class BM25Index:
         other._postings = {term: postings.copy() for term, postings in self._postings.items()}
         other._doc_terms, other._doc_len = dict(self._doc_terms), self._doc_len.copy()
         other._total_len, other._eps_cache, other._version = self._total_len, self._eps_cache, self._version
+        other._dfs = Counter(self._dfs)
         return other
+
+    def _df_changed(self, before: int, after: int) -> None:
+        """One term's document frequency went from ``before`` to ``after`` (0: the term was not, or is no more)."""
+        dfs = self._dfs
+        if before:
+            dfs[before] -= 1
+            if not dfs[before]:
+                del dfs[before]
+        if after:
+            dfs[after] += 1
 
     def add(self, key: int, tokens: list[str]) -> None:
         if key in self._doc_terms:
@@ -197,6 +212,7 @@ class BM25Index:
             if postings is None:
                 postings = self._postings[term] = _Postings()
             postings.add(key, tf)
+            self._df_changed(postings.size - 1, postings.size)
         self._version += 1
 
     def add_many(self, keys: list[int], token_lists: list[list[str]]) -> None:
@@ -237,8 +253,10 @@ class BM25Index:
             postings = self._postings.get(term)
             if postings is None:
                 self._postings[term] = _Postings.of(term_docs, term_tfs)
+                self._df_changed(0, len(term_docs))
             else:
                 postings.extend(term_docs, term_tfs)
+                self._df_changed(postings.size - len(term_docs), postings.size)
 
     def tokens(self, key: int) -> list[str]:
         """The document's tokens, as they were added."""
@@ -251,6 +269,7 @@ class BM25Index:
         for term in dict.fromkeys(tokens):
             postings = self._postings[term]
             postings.remove(key)
+            self._df_changed(postings.size + 1, postings.size)
             if not postings.size:
                 del self._postings[term]
         self._version += 1
@@ -261,10 +280,7 @@ class BM25Index:
     def _epsilon_idf(self) -> float:
         """rank_bm25 replaces negative idfs by epsilon * (mean idf over the whole vocabulary)."""
         if self._eps_cache is None or self._eps_cache[0] != self._version:
-            n = len(self._doc_terms)
-            df = np.fromiter((p.size for p in self._postings.values()), dtype=np.float64, count=len(self._postings))
-            mean_idf = float(np.mean(np.log(n - df + 0.5) - np.log(df + 0.5))) if len(df) else 0.0
-            self._eps_cache = (self._version, self.epsilon * mean_idf)
+            self._eps_cache = (self._version, self.epsilon * mean_idf(self._dfs, len(self._doc_terms)))
         return self._eps_cache[1]
 
     def scores(self, query_tokens: list[str]) -> np.ndarray:
@@ -285,6 +301,16 @@ class BM25Index:
             norm = self.k1 * (1.0 - self.b + self.b * self._doc_len[keys] / avgdl)
             scores[keys] += idf * tfs * (self.k1 + 1.0) / (tfs + norm)
         return scores
+
+
+def mean_idf(dfs: Mapping[int, int], n: int) -> float:
+    """The mean idf over a vocabulary of ``n`` documents whose terms' document frequencies are counted in ``dfs``
+    (frequency -> terms having it), as rank_bm25 averages it; summed in order of frequency, so that the same counts
+    give the same float however they were gathered."""
+    if not dfs:
+        return 0.0
+    df, terms = np.array(sorted(dfs.items()), dtype=np.float64).T
+    return float(np.dot(terms, np.log(n - df + 0.5) - np.log(df + 0.5)) / terms.sum())
 
 
 def bm25_scores(documents: list[tuple[str, ...]], query_tokens: list[str], k1: float = 1.5, b: float = 0.75,
@@ -310,9 +336,8 @@ def bm25_scores(documents: list[tuple[str, ...]], query_tokens: list[str], k1: f
             continue
         idf = math.log(n - len(holders) + 0.5) - math.log(len(holders) + 0.5)
         if idf < 0:
-            if epsilon_idf is None:  # as BM25Index._epsilon_idf: the mean idf over the vocabulary, by numpy
-                df = np.fromiter(map(len, postings.values()), dtype=np.float64, count=len(postings))
-                epsilon_idf = epsilon * float(np.mean(np.log(n - df + 0.5) - np.log(df + 0.5)))
+            if epsilon_idf is None:  # as BM25Index._epsilon_idf
+                epsilon_idf = epsilon * mean_idf(Counter(map(len, postings.values())), n)
             idf = epsilon_idf
         for number in holders:
             tf = float(counts[number][term])

@@ -46,6 +46,7 @@ from typing import Any
 from amb_dspy.errors import one_line
 from amb_dspy.files import PRIVATE_MODE, link_new, new_temp_beside, replace_with
 from amb_dspy.notices import Notify, notice
+from amb_dspy.storage.bank_db_connections import kept_here, opened, read_only
 from amb_dspy.storage.bank_file import (
     BankFileError,
     LoadedBank,
@@ -93,19 +94,14 @@ def is_bank_db(path: str | Path) -> bool:
     """Whether ``path`` is (or, when missing or empty, names) a bank database rather than a JSON bank file:
     decided by its first bytes when it has some, else by its suffix (``.sqlite`` or ``.db``)."""
     path = Path(path)
+    if kept_here(path):  # this process keeps a connection to it: opening and closing it here would cost its locks
+        return True
     try:
         with path.open("rb") as handle:
             head = handle.read(len(_MAGIC))
     except OSError:
         head = b""
     return head == _MAGIC if head else path.suffix.lower() in DB_SUFFIXES
-
-
-def _connect(path: Path) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, isolation_level=None)  # transactions are explicit: BEGIN ... COMMIT
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=FULL")
-    return connection
 
 
 def _db_error(path: Path, exc: sqlite3.Error) -> BankFileError:
@@ -206,7 +202,7 @@ def _write_into(path: Path, bank: BankParts, since: SavePoint | None, changed: C
                 also: Also | None = None) -> tuple[SavePoint, list[bytes]]:
     """One save into the database file at ``path``, one transaction (rolled back whole on any error)."""
     try:
-        with closing(_connect(path)) as connection:
+        with opened(path) as connection:
             connection.execute("BEGIN IMMEDIATE")
             try:
                 point, lines = _write(connection, path, bank, since, changed)
@@ -255,7 +251,7 @@ def holds_no_bank(path: Path) -> bool:
     if path.stat().st_size == 0:
         return True
     try:
-        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as connection:
+        with opened(path, read_only) as connection:
             return connection.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()[0] == 0
     except sqlite3.Error:
         return False
@@ -296,7 +292,7 @@ def saved_id(path: str | Path) -> str | None:
     if not path.is_file() or path.stat().st_size == 0:
         return None
     try:
-        with closing(sqlite3.connect(path)) as connection:
+        with opened(path, sqlite3.connect) as connection:
             return _save_id(connection)
     except sqlite3.Error:
         return None

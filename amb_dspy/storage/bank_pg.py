@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,6 +162,10 @@ class DatabaseBank:
             raise BankFileError(f"{self}: damaged bank ({type(exc).__name__}: {one_line(exc, 120)})") from None
         loaded.line_vectors, loaded.line_layouts = lines, layouts
         return loaded, SavePoint(self, save_id, len(loaded.tree.entries), len(loaded.tree.merge_events))
+
+    def held_open(self) -> AbstractContextManager:
+        """Nothing to hold: each save takes a pooled connection (:mod:`amb_dspy.storage.postgres`)."""
+        return nullcontext()
 
     def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool:
         """Store a line layout built for the save ``save_id``, if the bank still carries it (checked in the same

@@ -13,18 +13,21 @@ of place it is. A place is a small value, compared by what it names:
 Both have ``read`` (the bank and its save point), ``write`` (a bank database's save: what changed since the save
 point, or everything), ``saved_id``, ``holds_no_bank``, ``exists``, ``lock`` (the bank's write lock,
 :class:`~amb_dspy.storage.bank_lock.BankLock`) and ``keep_line_layout`` (a layout of the evidence view's lines kept
-for the save it was built on, :mod:`amb_dspy.storage.bank_rows`).
+for the save it was built on, :mod:`amb_dspy.storage.bank_rows`) and ``held_open`` (what a writer adding many
+documents holds open between its saves).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from amb_dspy.notices import Notify, notice
 from amb_dspy.storage import bank_db
+from amb_dspy.storage.bank_db_connections import kept_open
 from amb_dspy.storage.bank_file import LoadedBank, load_bank
 from amb_dspy.storage.bank_lock import BankLock, bank_lock
 from amb_dspy.storage.bank_rows import BankParts, SavePoint
@@ -52,6 +55,8 @@ class BankPlace(Protocol):
     def lock(self) -> BankLock: ...
 
     def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool: ...
+
+    def held_open(self) -> AbstractContextManager: ...
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,11 @@ class FileBank:
 
     def lock(self) -> BankLock:
         return bank_lock(self.path)
+
+    def held_open(self) -> AbstractContextManager:
+        """Inside, this thread's saves of a bank database go through one connection, opened once (a writer's
+        add: :func:`~amb_dspy.storage.bank_db_connections.kept_open`)."""
+        return kept_open(self.path)
 
     def keep_line_layout(self, save_id: str, key: str, body: bytes) -> bool:
         """False: a bank file is left as its readers found it, byte for byte (a user's file, copied, compared,

@@ -68,7 +68,7 @@ class SavePlan:
 def save_plan(bank: BankParts, since: SavePoint | None, stored_id: str | None, changed: Collection[str]) -> SavePlan:
     """The save's plan: incremental when ``since`` is the save the database still carries (``stored_id``)."""
     if since is not None and stored_id == since.save_id:
-        nodes = [node_id for node_id in bank.graph.nodes_dict if node_id in changed] if changed else []
+        nodes = bank.graph.in_order(changed)
         gone = [node_id for node_id in changed if node_id not in bank.graph.nodes_dict]
         return SavePlan(False, nodes, gone, since.entries, since.merge_events)
     return SavePlan(True, list(bank.graph.nodes_dict), [], 0, 0)
@@ -76,11 +76,11 @@ def save_plan(bank: BankParts, since: SavePoint | None, stored_id: str | None, c
 
 def node_rows(bank: BankParts, node_ids: Iterable[str]) -> list[NodeRow]:
     """The rows of these nodes."""
-    links, rows = bank.tree.node_to_entries, []
+    rows = []
     for node_id in node_ids:
         node = bank.graph.nodes_dict[node_id]
         body = node.model_dump(mode="json", exclude={"id", "embedding"})
-        entries = links.get(node_id)
+        entries = bank.tree.entry_ids_of(node_id)
         rows.append((node_id, json.dumps(body, ensure_ascii=False), json.dumps(list(entries)) if entries else None,
                      np.ascontiguousarray(node.embedding, dtype=np.float32).tobytes()))
     return rows

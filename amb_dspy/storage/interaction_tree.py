@@ -134,6 +134,11 @@ class InteractionTree(BaseModel):
     def node_to_entries(self) -> Mapping[str, tuple[str, ...]]:
         return MappingProxyType({k: tuple(v) for k, v in self._node_to_entries.items()})
 
+    def entry_ids_of(self, node_id: str) -> tuple[str, ...]:
+        """The ids of the entries linked to one node (``node_to_entries[node_id]`` without copying the whole index,
+        which a save of a few nodes of a large bank would)."""
+        return tuple(self._node_to_entries.get(node_id, ()))
+
     @property
     def merge_events(self) -> tuple[MergeEvent, ...]:
         return tuple(self._merge_events)

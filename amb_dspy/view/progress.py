@@ -20,6 +20,7 @@ def progress_display(console, status):
     one plain line per step in a log file or CI; notices and checkpoints are always printed. An add's document
     count (``done`` of ``total``) is shown with the rate of its documents' tokens and an estimate of the time left."""
     clock = _Clock()
+    terminal = console.is_terminal  # asked once: each ask is system calls, and events come several a document
 
     def show(event) -> None:
         if event.phase == "notice":  # said once, whatever the display
@@ -39,10 +40,11 @@ def progress_display(console, status):
             line = (f"{event.phase} | loop {event.loop} | nodes {event.nodes} edges {event.edges} "
                     f"conflicts {event.conflicts} | LM calls {event.lm_calls} tokens {event.tokens}"
                     + (f" | {printable(event.message)[:60]}" if event.message else ""))
-        if console.is_terminal:
+        if terminal:
             status.update(Text(line))
-        else:
-            console.print(Text(line), highlight=False, soft_wrap=True)
+        else:  # what console.print writes for a plain line, without its rendering (a line or more per document)
+            console.file.write(line + "\n")
+            console.file.flush()
 
     return show
 
