@@ -52,3 +52,17 @@ def test_a_bank_deleted_during_an_add_is_made_again_by_the_later_commits(tmp_pat
             writer.commit(lambda store, t=text, n=name: bank.ingest(t, n, into=store))
     names = {entry.metadata["name"] for entry in MemoryStore.load(path, embedder).tree.entries.values()}
     assert names == {"doc2", "doc3"}
+
+
+def test_an_add_that_names_its_own_bank_reads_nothing_of_it(tmp_path, embedder):
+    """Opening and closing a bank database outside SQLite would let go of the locks the add's kept connection holds
+    on it (bank_db_connections' docstring): the bank, named among the documents (by another path too), is skipped
+    with a line, however far ahead the reading is."""
+    bank, path = heuristic_bank(tmp_path, embedder), tmp_path / "bank.sqlite"
+    bank.add_documents([notes(tmp_path / "first", 2)], into=path)
+    (tmp_path / "alias.sqlite").hardlink_to(path)
+    added = bank.add_documents([path, tmp_path / "alias.sqlite", notes(tmp_path / "more", 3, start=2)], into=path)
+    assert len(added.added) == 3
+    assert added.skipped == [f"skipped {path.as_posix()}: the bank this add writes to",
+                             f"skipped {(tmp_path / 'alias.sqlite').as_posix()}: the bank this add writes to"]
+    assert len(MemoryStore.load(path, embedder).tree) == 5

@@ -121,14 +121,18 @@ class Expected:
 
 
 def read_documents(paths: Iterable[str | Path], max_bytes: int, skip: Callable[[str], None],
-                   expected: Expected | None = None) -> Iterator[NamedDocument]:
+                   expected: Expected | None = None, bank: Path | None = None) -> Iterator[NamedDocument]:
     """The documents of ``paths`` (files, folders, globs), one at a time; what cannot be read goes to ``skip``.
-    ``expected`` is kept up to date as they are read (a progress bar's total)."""
+    ``expected`` is kept up to date as they are read (a progress bar's total). ``bank``: the bank file the documents
+    go into, which is not read, nor its SQLite log (``-wal``, ``-shm``): opening and closing a bank database outside
+    SQLite lets go of the locks the add's connection holds on it (:mod:`amb_dspy.storage.bank_db_connections`)."""
     expected = expected if expected is not None else Expected()
     files = list(_files(paths, skip))
     expected.total += len(files)
     for path, name in files:
         try:
+            if bank is not None and _is_bank(path, bank):
+                raise InputError("the bank this add writes to")
             if path.suffix.lower() not in {".json", ".jsonl"} and path.stat().st_size > max_bytes:
                 raise InputError(_too_large(path.stat().st_size, max_bytes))
             documents = _JsonlDocuments(path, name) if path.suffix.lower() == ".jsonl" else list(_read_file(path, name))
@@ -205,6 +209,17 @@ class _JsonlDocuments:
         for doc in self.passages:
             title = f"{doc.title}\n" if doc.title != doc.id else ""
             yield NamedDocument(f"{self.name}#{doc.id}", title + doc.text)
+
+
+def _is_bank(path: Path, bank: Path) -> bool:
+    """Whether ``path`` is the file ``bank`` or its SQLite log (the same file, whatever the path says)."""
+    for file in (bank, bank.with_name(f"{bank.name}-wal"), bank.with_name(f"{bank.name}-shm")):
+        try:
+            if os.path.samefile(path, file):
+                return True
+        except OSError:  # one of them is not there
+            continue
+    return False
 
 
 def _read_file(path: Path, name: str) -> Iterator[NamedDocument]:

@@ -31,6 +31,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from amb_dspy.agents.chunking import estimate_tokens
@@ -71,14 +72,15 @@ _END = object()
 
 class ReadAhead:
     """The documents of ``paths`` as :class:`Read` steps, read and prepared (``prepare(document)``: the keys of
-    the answers it prepared) in a thread of their own, at most ``depth`` steps ahead of the consumer. Use it as
-    a context manager: leaving it (a commit that failed included) stops the thread and waits for it."""
+    the answers it prepared) in a thread of their own, at most ``depth`` steps ahead of the consumer; ``bank``, the
+    bank file the add writes to, is never read (:func:`~amb_dspy.memory.documents.read_documents`). Use it as a
+    context manager: leaving it (a commit that failed included) stops the thread and waits for it."""
 
     def __init__(self, paths: Iterable, max_bytes: int, prepare: Callable[[NamedDocument], list[str]],
-                 depth: int = AHEAD_DOCUMENTS):
+                 depth: int = AHEAD_DOCUMENTS, bank: Path | None = None):
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._prepare = prepare
+        self._prepare, self._bank = prepare, bank  # the bank file written to, never read as a document
         self._thread = threading.Thread(target=self._run, args=(list(paths), max_bytes), name="amb-ingest-ahead",
                                         daemon=True)
 
@@ -114,7 +116,7 @@ class ReadAhead:
     def _run(self, paths: list, max_bytes: int) -> None:
         expected, skipped = Expected(), []
         try:
-            for document in read_documents(paths, max_bytes, skipped.append, expected):
+            for document in read_documents(paths, max_bytes, skipped.append, expected, self._bank):
                 self._flush(skipped, expected)
                 self._put(Read(document, "", expected.total, tuple(self._prepared(document))))
             self._flush(skipped, expected)

@@ -16,7 +16,8 @@ While it is open, nothing else in the process may open and close that file outsi
 lock a process holds on a file when any of its descriptors of the file is closed, SQLite's included, and a
 connection of another process that then closes believes it is the last one, checkpoints and deletes the log the
 kept connection still writes to (its later commits lost). :func:`kept_here` says which files are kept, so that
-:func:`~amb_dspy.storage.bank_db.is_bank_db` does not read their first bytes.
+:func:`~amb_dspy.storage.bank_db.is_bank_db` does not read their first bytes; an add's reading of its documents
+leaves its own bank file and log alone (:func:`~amb_dspy.memory.documents.read_documents`).
 """
 
 from __future__ import annotations

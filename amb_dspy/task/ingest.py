@@ -96,7 +96,9 @@ class DocumentIngest:
         """The documents of ``paths`` committed by ``writer`` one at a time, in order, as a pipeline: the next ones
         are read and prepared meanwhile (:mod:`amb_dspy.memory.ingest_ahead`)."""
         answers, refused, expected = PreparedAnswers(), 0, Expected()
-        with ReadAhead(paths, self.max_bytes, self._preparer(writer, answers)) as reading, answers_prepared(answers):
+        bank = Path(writer.path) if isinstance(writer.path, str | Path) else None  # a file (not PostgreSQL's)
+        with ReadAhead(paths, self.max_bytes, self._preparer(writer, answers), bank=bank) as reading, \
+                answers_prepared(answers):
             for step in reading:
                 expected.total = step.total - refused
                 if step.document is None:
