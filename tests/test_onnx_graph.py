@@ -13,10 +13,10 @@ import numpy as np
 import onnx
 import pytest
 
-from amb_dspy.config import AmbConfig
 from amb_dspy.retrieval import onnx_embedding, onnx_graph
-from amb_dspy.retrieval.embedding import bundled_minilm_dir, default_embedder
+from amb_dspy.retrieval.embedding import bundled_minilm_dir
 from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder, onnx_model_path
+from tests.test_embedding_precision import int8  # noqa: F401  (a fixture: the default int8 embedder)
 from tests.test_onnx_embedding import demo_passages
 
 
@@ -25,14 +25,7 @@ def op_types(path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def int8():
-    model = default_embedder(config=AmbConfig(embedding_backend="onnx", embedding_precision="int8"))
-    model.embed(["warm-up"])
-    return model
-
-
-@pytest.fixture(scope="module")
-def masked_int8(tmp_path_factory, int8):
+def masked_int8(tmp_path_factory, int8):  # noqa: F811
     """The int8 quantization of the same float export, its padding mask left in."""
     model_dir = bundled_minilm_dir()
     target = tmp_path_factory.mktemp("masked") / "model.int8.masked.onnx"
@@ -47,7 +40,7 @@ def texts_of_many_lengths() -> list[str]:
     return [*passages, "x", "Short.", " ".join(passages) * 3, *(passage[: len(passage) // 3] for passage in passages)]
 
 
-def test_the_int8_model_has_no_padding_mask_and_the_masked_models_vectors(int8, masked_int8):
+def test_the_int8_model_has_no_padding_mask_and_the_masked_models_vectors(int8, masked_int8):  # noqa: F811
     assert {"IsNaN", "Where"} <= op_types(masked_int8)
     assert "IsNaN" not in op_types(int8.model_file) and "Where" not in op_types(int8.model_file)
     masked = OnnxEmbedder(onnx_path=masked_int8, precision="int8", workers=1)
@@ -76,13 +69,13 @@ def test_an_edit_that_would_change_a_vector_is_not_kept(tmp_path, masked_int8, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.onnx"]  # no edited copy left beside it
 
 
-def test_a_graph_without_the_mask_is_left_as_it_is(int8):
+def test_a_graph_without_the_mask_is_left_as_it_is(int8):  # noqa: F811
     model = onnx.load(str(int8.model_file))
     nodes = len(model.graph.node)
     assert onnx_graph.drop_padding_mask(model) == 0 and len(model.graph.node) == nodes
 
 
-def test_int8_runs_one_text_a_call_whatever_batch_is_asked(int8):
+def test_int8_runs_one_text_a_call_whatever_batch_is_asked(int8):  # noqa: F811
     asked = OnnxEmbedder(precision="int8", batch_size=8, workers=1)
     assert asked.batch_size == 1 and OnnxEmbedder(precision="float32", batch_size=16).batch_size == 16
     texts = texts_of_many_lengths()
