@@ -128,7 +128,7 @@ class CachingEmbedder:
         runs one call at a time (``_encode_lock``). A text encoded by two threads at once keeps the first vector
         stored, and both get that one."""
         texts = list(texts)
-        keys = [hashlib.sha1(t.encode("utf-8")).digest() for t in texts]
+        keys = [_text_key(t) for t in texts]
         with self._lock:
             found = {key: self._cache[key] for key in keys if key in self._cache}
         missing = {key: text for key, text in zip(keys, texts) if key not in found}
@@ -166,7 +166,7 @@ class CachingEmbedder:
 
     def cached(self, texts: list[str]) -> dict[str, np.ndarray]:
         """The vectors the cache holds for any of ``texts``, by text (nothing runs through the model)."""
-        keys = {text: hashlib.sha1(text.encode("utf-8")).digest() for text in texts}
+        keys = {text: _text_key(text) for text in texts}
         with self._lock:
             return {text: self._cache[key] for text, key in keys.items() if key in self._cache}
 
@@ -175,11 +175,16 @@ class CachingEmbedder:
         a later :meth:`embed` of those texts reads them instead of running the model."""
         with self._lock:
             for text, vector in zip(texts, vectors):
-                key = hashlib.sha1(text.encode("utf-8")).digest()
+                key = _text_key(text)
                 self._cache[key] = np.array(vector, dtype=np.float32)
                 self._cache.move_to_end(key)
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
+
+
+def _text_key(text: str) -> bytes:
+    """The key of a text's vector in :class:`CachingEmbedder`'s cache: the SHA-1 of its UTF-8 bytes."""
+    return hashlib.sha1(text.encode("utf-8")).digest()
 
 
 def remember_vectors(embedder: Embedder, texts: list[str], vectors: list[np.ndarray]) -> None:
