@@ -38,9 +38,10 @@ def pooled_vectors(embedder, texts: list[str]) -> np.ndarray:
     parts = {text: sentences_of(text) for text in dict.fromkeys(texts) if text not in known}
     sentences = list(dict.fromkeys(part for pieces in parts.values() for part in pieces))
     vectors = dict(zip(sentences, np.asarray(embedder.embed(sentences), dtype=np.float32))) if sentences else {}
+    tokens = {sentence: estimate_tokens(sentence) for sentence in sentences}  # once each: a context repeats a sentence
     pooled = {}
     for text, pieces in parts.items():
-        weights = np.array([estimate_tokens(piece) for piece in pieces], dtype=np.float32)
+        weights = np.array([tokens[piece] for piece in pieces], dtype=np.float32)
         mean = (np.stack([vectors[piece] for piece in pieces]) * weights[:, None]).sum(axis=0)
         pooled[text] = mean / max(float(np.linalg.norm(mean)), 1e-12)
     embedder.remember(list(pooled), list(pooled.values()))
