@@ -324,20 +324,18 @@ def bm25_scores(documents: list[tuple[str, ...]], query_tokens: list[str], k1: f
     if n == 0:
         return scores
     counts = [Counter(document) for document in documents]
-    postings: dict[str, list[int]] = {}  # term -> the documents holding it, in order; terms in first-seen order
-    for number, count in enumerate(counts):
-        for term in count:
-            postings.setdefault(term, []).append(number)
     avgdl = sum(map(len, documents)) / n
     epsilon_idf = None
     for term in query_tokens:  # repeated query terms count again, as in rank_bm25
-        holders = postings.get(term)
-        if holders is None:
+        # the documents holding the term, in order: a query has a few terms, the documents hundreds
+        holders = [number for number, count in enumerate(counts) if term in count]
+        if not holders:
             continue
         idf = math.log(n - len(holders) + 0.5) - math.log(len(holders) + 0.5)
         if idf < 0:
-            if epsilon_idf is None:  # as BM25Index._epsilon_idf
-                epsilon_idf = epsilon * mean_idf(Counter(map(len, postings.values())), n)
+            if epsilon_idf is None:  # as BM25Index._epsilon_idf, over every term's document frequency
+                frequencies = Counter(term for count in counts for term in count)
+                epsilon_idf = epsilon * mean_idf(Counter(frequencies.values()), n)
             idf = epsilon_idf
         for number in holders:
             tf = float(counts[number][term])
