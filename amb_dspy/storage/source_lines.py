@@ -87,14 +87,31 @@ def pieces(text: str, start: int, end: int, count: Callable[[str], int], line_to
         line_start, position = position, position + len(line) + 1
         if not line.strip() or (_opens_paragraph(text, line_start) and _heading_at(text, line_start, count)):
             continue
-        if count(line) <= line_tokens:
-            yield line_start, line_start + len(line), line_start
-            continue
-        offset = 0
-        for sentence in split_sentences(line):  # pieces in order, each with its trailing whitespace
-            if sentence.strip():
-                yield line_start + offset, line_start + offset + len(sentence.rstrip()), line_start
-            offset += len(sentence)
+        for piece_start, piece_end in _line_cuts(line, count, line_tokens):
+            yield line_start + piece_start, line_start + piece_end, line_start
+
+
+_CUT_LINES_KEPT = 4096  # lines whose cuts are remembered: the nodes of a document cut the same lines, the save again
+_CUT_LINE_CHARS = 4096  # a longer line is cut anew each time: the remembered lines stay a few megabytes
+
+
+def _line_cuts(line: str, count: Callable[[str], int], line_tokens: int) -> tuple[tuple[int, int], ...]:
+    """``(start, end)`` in ``line`` of its pieces: the line whole, or a long one sentence by sentence."""
+    return (_remembered_cuts if len(line) <= _CUT_LINE_CHARS else _cuts)(line, count, line_tokens)
+
+
+def _cuts(line: str, count: Callable[[str], int], line_tokens: int) -> tuple[tuple[int, int], ...]:
+    if count(line) <= line_tokens:
+        return ((0, len(line)),)
+    cuts, offset = [], 0
+    for sentence in split_sentences(line):  # pieces in order, each with its trailing whitespace
+        if sentence.strip():
+            cuts.append((offset, offset + len(sentence.rstrip())))
+        offset += len(sentence)
+    return tuple(cuts)
+
+
+_remembered_cuts = functools.lru_cache(maxsize=_CUT_LINES_KEPT)(_cuts)
 
 
 def node_lines(entries: Mapping[str, InteractionEntry], node: QueryGraphNode, count: Callable[[str], int] = estimate_tokens,
