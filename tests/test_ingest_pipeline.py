@@ -20,7 +20,7 @@ from amb_dspy.config import AmbConfig
 from amb_dspy.memory.bank_writer import BankWriter
 from amb_dspy.memory.documents import read_documents, turn_line
 from amb_dspy.memory.graph_ops import MemoryStore
-from amb_dspy.memory.ingest_ahead import AHEAD_DOCUMENTS, GIL_SWITCH_S, ReadAhead
+from amb_dspy.memory.ingest_ahead import AHEAD_DOCUMENTS, GIL_SWITCH_S, PREPARERS, ReadAhead
 from amb_dspy.task.ingest import DocumentIngest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,31 @@ def test_the_reading_stays_a_few_documents_ahead(tmp_path):
         for n, _step in enumerate(reading):
             lead.append(len(prepared) - n)
             threading.Event().wait(0.01)  # a commit takes a while: the reading fills the queue
-    assert len(prepared) == 30 and max(lead) <= AHEAD_DOCUMENTS + 2 and max(lead) >= 2
+    assert len(prepared) == 30 and max(lead) <= AHEAD_DOCUMENTS + PREPARERS + 1 and max(lead) >= 2
+
+
+def test_two_documents_are_prepared_at_once_and_handed_over_in_reading_order(tmp_path):
+    """Each preparation waits for a second one to start (it would wait forever, and fail, were they made one after
+    another); the first of each pair takes longer, and the steps still come in reading order, a skipped file in its
+    place."""
+    for n in range(6):
+        (tmp_path / f"note-{n}.md").write_text(f"Note {n}: the ferry leaves at {n} o'clock.\n")
+    (tmp_path / "note-2b.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00" + bytes(range(256)))
+    both = threading.Barrier(PREPARERS)
+
+    def prepare(document):
+        both.wait(timeout=10)
+        if document.name.endswith(("0.md", "2.md", "4.md")):
+            threading.Event().wait(0.05)
+        return [document.name]
+
+    with ReadAhead([tmp_path], 1_000_000, prepare) as reading:
+        steps = list(reading)
+    order = [step.prepared[0].split("/")[-1] if step.document else "skipped " + step.skipped.split(":")[0].split("/")[-1]
+             for step in steps]
+    assert PREPARERS == 2
+    assert order == ["note-0.md", "note-1.md", "note-2.md", "skipped note-2b.md", "note-3.md", "note-4.md", "note-5.md"]
+    assert all(step.document.name == step.prepared[0] for step in steps if step.document)
 
 
 def test_the_gil_changes_hands_quickly_while_a_pipeline_runs_and_as_before_after(tmp_path):
