@@ -2,7 +2,7 @@
 cProfile, its main thread (the commits) and its read-ahead thread (reading, the policies, the embedding) each
 profiled, broken down into the parts of a commit.
 
-    python bench/ingest_profile.py [--mb 0.5] [--into BANK.sqlite] [--top 25]
+    python bench/ingest_profile.py [--mb 0.5] [--into BANK.sqlite] [--source FOLDER] [--top 25]
 
 The passages are the first ``--mb`` MB of ``bench/ingest_jsonl.py``'s synthetic file (shared HotpotQA paragraphs),
 ingested in this process by the real CLI into a new bank, or into a copy of ``--into`` (a large bank, e.g. the one
@@ -85,17 +85,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=float, default=0.5, help="MB of the synthetic file ingested")
     parser.add_argument("--into", type=Path, help="a bank database to ingest into (a copy of it)")
+    parser.add_argument("--source", type=Path, help="a folder of documents ingested instead of the slice (e.g. the one "
+                        "bench/ingest_speed.py writes); 'passage' then means one of its documents")
     parser.add_argument("--top", type=int, default=25, help="functions of each thread printed")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        ingest_jsonl.build(work / "passages.jsonl", args.mb + 0.1)
-        passages = ingest_jsonl.head(work / "passages.jsonl", work / "slice.jsonl", args.mb)
+        if args.source is not None:
+            source, passages = args.source, sum(1 for path in args.source.rglob("*") if path.is_file())
+        else:
+            ingest_jsonl.build(work / "passages.jsonl", args.mb + 0.1)
+            source, passages = work / "slice.jsonl", ingest_jsonl.head(work / "passages.jsonl", work / "slice.jsonl", args.mb)
         if args.into is not None:
             shutil.copy(args.into, work / "bank.sqlite")
-        main_profile, ahead_profile, seconds = profiled_ingest(work / "slice.jsonl", work / "bank.sqlite", work)
+        main_profile, ahead_profile, seconds = profiled_ingest(source, work / "bank.sqlite", work)
     main_stats, ahead_stats = pstats.Stats(main_profile), pstats.Stats(ahead_profile)
     print(f"{passages} passages in {seconds:.1f} s ({1000 * seconds / passages:.1f} ms a passage, profiled), into "
           f"{args.into or 'a new bank'}; {os.cpu_count()} CPUs, load {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
