@@ -1,5 +1,5 @@
 """Where an ingest's time goes a passage: ``amb ingest --policy heuristic`` of a slice of the synthetic .jsonl under
-cProfile, its main thread (the commits) and its read-ahead thread (reading, the policies, the embedding) each
+cProfile, its main thread (the commits) and its read-ahead threads (reading; preparing: the policies, the embedding; added up) each
 profiled, broken down into the parts of a commit.
 
     python bench/ingest_profile.py [--mb 0.5] [--into BANK.sqlite] [--source FOLDER] [--top 25]
@@ -20,6 +20,7 @@ import pstats
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -55,12 +56,14 @@ def part_ms(stats: pstats.Stats, suffix: str, names, passages: int) -> float:
                       if file.endswith(suffix) and name in names) / passages
 
 
-def profiled_ingest(source: Path, bank: Path, work: Path) -> tuple[cProfile.Profile, cProfile.Profile, float]:
-    """The CLI's ingest in this process: the main thread's profile, the read-ahead thread's, the seconds."""
+def profiled_ingest(source: Path, bank: Path, work: Path) -> tuple[cProfile.Profile, list[cProfile.Profile], float]:
+    """The CLI's ingest in this process: the main thread's profile, the read-ahead's (its reading thread's and each
+    preparing thread's), the seconds."""
     from amb_dspy.cli import app
     from amb_dspy.memory import ingest_ahead
 
     main, ahead, run = cProfile.Profile(), cProfile.Profile(), ingest_ahead.ReadAhead._run
+    prepare, preparers, each = ingest_ahead.ReadAhead._prepared, [], threading.local()
 
     def profiled_run(self, *args):
         ahead.enable()
@@ -69,7 +72,17 @@ def profiled_ingest(source: Path, bank: Path, work: Path) -> tuple[cProfile.Prof
         finally:
             ahead.disable()
 
-    ingest_ahead.ReadAhead._run = profiled_run
+    def profiled_prepare(self, *args):  # in the preparing threads: a profile each, added up below
+        if not hasattr(each, "profile"):
+            each.profile = cProfile.Profile()
+            preparers.append(each.profile)
+        each.profile.enable()
+        try:
+            return prepare(self, *args)
+        finally:
+            each.profile.disable()
+
+    ingest_ahead.ReadAhead._run, ingest_ahead.ReadAhead._prepared = profiled_run, profiled_prepare
     os.environ.update(AMB_STORAGE_DIR=str(work / "storage"), AMB_TEMP_DIR=str(work / "temp"))
     started = time.perf_counter()
     main.enable()
@@ -77,8 +90,8 @@ def profiled_ingest(source: Path, bank: Path, work: Path) -> tuple[cProfile.Prof
         app(["ingest", str(source), "--bank", str(bank), "--policy", "heuristic"], standalone_mode=False)
     finally:
         main.disable()
-        ingest_ahead.ReadAhead._run = run
-    return main, ahead, time.perf_counter() - started
+        ingest_ahead.ReadAhead._run, ingest_ahead.ReadAhead._prepared = run, prepare
+    return main, [ahead, *preparers], time.perf_counter() - started  # the read-ahead: reading and preparing threads
 
 
 def main() -> None:
@@ -100,8 +113,8 @@ def main() -> None:
             source, passages = work / "slice.jsonl", ingest_jsonl.head(work / "passages.jsonl", work / "slice.jsonl", args.mb)
         if args.into is not None:
             shutil.copy(args.into, work / "bank.sqlite")
-        main_profile, ahead_profile, seconds = profiled_ingest(source, work / "bank.sqlite", work)
-    main_stats, ahead_stats = pstats.Stats(main_profile), pstats.Stats(ahead_profile)
+        main_profile, ahead_profiles, seconds = profiled_ingest(source, work / "bank.sqlite", work)
+    main_stats, ahead_stats = pstats.Stats(main_profile), pstats.Stats(*ahead_profiles)
     print(f"{passages} passages in {seconds:.1f} s ({1000 * seconds / passages:.1f} ms a passage, profiled), into "
           f"{args.into or 'a new bank'}; {os.cpu_count()} CPUs, load {load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     parts = {}
@@ -109,7 +122,7 @@ def main() -> None:
         stats = ahead_stats if name.startswith("read-ahead") else main_stats
         parts[name.strip()] = round(part_ms(stats, suffix, functions, passages), 2)
         print(f"{name:<52} {parts[name.strip()]:>8.1f} ms")
-    for title, stats in (("main thread", main_stats), ("read-ahead thread", ahead_stats)):
+    for title, stats in (("main thread", main_stats), ("read-ahead threads, added up", ahead_stats)):
         print(f"\n--- {title}, by own time")
         stats.stream = sys.stdout
         stats.sort_stats("tottime").print_stats(args.top)
