@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+import threading
 
 import numpy as np
 import pytest
@@ -64,6 +65,30 @@ def test_a_length_grouped_batch_gives_each_text_its_vector_alone(int8, float32):
         together = model._encode(texts)
         alone = np.stack([model._encode([text])[0] for text in texts])
         assert np.allclose(together, alone, atol=1e-5), model.precision
+
+
+def test_calls_from_several_threads_at_once_get_the_vectors_of_calls_one_after_another(int8):
+    """The ONNX embedder lets calls run the model at once (an ingest's two preparers): four threads, started
+    together on a fresh embedder (its first load among them), each embedding its share, get the rows a serial
+    call gives, bit for bit."""
+    texts = [f"{passage} ({n})" for n, passage in enumerate(demo_passages() * 3)]
+    expected = int8._encode(texts)
+    fresh = OnnxEmbedder(precision="int8", cache_dir=int8.cache_dir)
+    assert fresh.concurrent_calls and fresh._session is None
+    start, got = threading.Barrier(4), {}
+
+    def embed(share: int) -> None:
+        start.wait(timeout=30)
+        got[share] = fresh.embed(texts[share::4])
+
+    threads = [threading.Thread(target=embed, args=(share,)) for share in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert sorted(got) == [0, 1, 2, 3]
+    for share in range(4):
+        assert np.array_equal(got[share], expected[share::4])
 
 
 def test_the_precision_setting_switches_the_model_and_the_recorded_name(monkeypatch, int8, float32):

@@ -8,6 +8,7 @@ this module; it imports neither of them.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
@@ -85,6 +86,9 @@ class CachingEmbedder:
     """
 
     model_id: str = ""
+    # Whether calls may run the model at once from several threads (a backend whose runtime allows it says so);
+    # otherwise one call at a time.
+    concurrent_calls: bool = False
 
     def __init__(self, batch_size: int = 64, cache_size: int = 50_000, node_vectors: str = "whole"):
         self.batch_size = batch_size
@@ -94,7 +98,8 @@ class CachingEmbedder:
         self._dim: int | None = MINILM_DIM  # None: learnt from the model on first use (:meth:`_learn_dim`)
         self._cache: OrderedDict[bytes, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the cache's
-        self._encode_lock = threading.Lock()  # the model's: one call at a time
+        # the model's: one call at a time, unless the backend runs calls at once
+        self._encode_lock = contextlib.nullcontext() if self.concurrent_calls else threading.Lock()
         self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
         self.encode_seconds = 0.0  # the time they took (tokenizer and model): what embedding costs an ingest
 
@@ -125,7 +130,8 @@ class CachingEmbedder:
         """The texts' vectors, one row each: those in the cache read from it, the others encoded in one call.
         The cache is locked only to read and to add, not while the model runs, so that a thread embedding ahead
         (an ingest pipeline, :mod:`amb_dspy.memory.ingest_ahead`) never holds up another's cache hits; the model
-        runs one call at a time (``_encode_lock``). A text encoded by two threads at once keeps the first vector
+        runs one call at a time (``_encode_lock``), or several at once where the backend allows (``concurrent_calls``:
+        ONNX Runtime's sessions run calls from several threads). A text encoded by two threads at once keeps the first vector
         stored, and both get that one."""
         texts = list(texts)
         keys = [_text_key(t) for t in texts]

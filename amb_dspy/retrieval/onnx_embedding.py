@@ -214,6 +214,10 @@ def export_onnx(model_dir: Path, target: Path) -> Path:
 class OnnxEmbedder(CachingEmbedder):
     """all-MiniLM-L6-v2 (or a local model of the same shape) through ONNX Runtime and ``tokenizers``."""
 
+    # ONNX Runtime runs a session from several threads at once (each run in its calling thread at one intra-op
+    # thread): an ingest's two preparers embed at once instead of waiting for each other's calls
+    concurrent_calls = True
+
     def __init__(self, model_dir: str | Path | None = None, *, cache_dir: str | Path | None = None,
                  onnx_path: str | Path | None = None, batch_size: int | None = None, cache_size: int = 50_000,
                  threads: int = 0, precision: str = "float32", workers: int | None = None,
@@ -263,6 +267,11 @@ class OnnxEmbedder(CachingEmbedder):
     def _load(self):
         if self._session is not None:
             return self._session
+        with _export_lock:  # calls run at once: the first loads, the others wait for it
+            return self._session if self._session is not None else self._load_now()
+
+    def _load_now(self):
+        """Load the tokenizer and the model's session (making the model file first if need be); under ``_export_lock``."""
         model_dir = self.model_dir or bundled_minilm_dir()
         try:
             import onnxruntime  # noqa: F401 - fail here, with the hint, not in _open
@@ -272,17 +281,16 @@ class OnnxEmbedder(CachingEmbedder):
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         tokenizer.enable_truncation(max_length=_sentence_config(model_dir))
         tokenizer.no_padding()
-        with _export_lock:
-            if self.onnx_path is not None:
-                path, session = self.onnx_path, self._open_given(self.onnx_path)
-            else:
-                path = float_path = onnx_model_path(model_dir, self.cache_dir)
-                session = self._open_made(float_path, ("exporting the embedding model to ONNX", "exporting it"),
-                                          lambda: export_onnx(model_dir, float_path))
-                if self.precision == "int8":
-                    path = int8_model_path(float_path)
-                    session = self._open_made(path, ("quantizing the embedding model to int8", "quantizing it"),
-                                              lambda: quantize_int8(model_dir, float_path, path))
+        if self.onnx_path is not None:
+            path, session = self.onnx_path, self._open_given(self.onnx_path)
+        else:
+            path = float_path = onnx_model_path(model_dir, self.cache_dir)
+            session = self._open_made(float_path, ("exporting the embedding model to ONNX", "exporting it"),
+                                      lambda: export_onnx(model_dir, float_path))
+            if self.precision == "int8":
+                path = int8_model_path(float_path)
+                session = self._open_made(path, ("quantizing the embedding model to int8", "quantizing it"),
+                                          lambda: quantize_int8(model_dir, float_path, path))
         self.model_file = path
         width = session.get_outputs()[0].shape[-1]
         self.dim = width if isinstance(width, int) else self.dim
