@@ -101,7 +101,9 @@ class CachingEmbedder:
         # the model's: one call at a time, unless the backend runs calls at once
         self._encode_lock = contextlib.nullcontext() if self.concurrent_calls else threading.Lock()
         self.encoded_texts = 0  # how many texts actually went through the model (cache misses)
-        self.encode_seconds = 0.0  # the time they took (tokenizer and model): what embedding costs an ingest
+        # the time they took (tokenizer and model), calls running at once counted once: what embedding costs an ingest
+        self.encode_seconds = 0.0
+        self._running, self._since = 0, 0.0  # calls running the model now, and since when encode_seconds is counted
 
     @property
     def dim(self) -> int:
@@ -140,11 +142,12 @@ class CachingEmbedder:
         missing = {key: text for key, text in zip(keys, texts) if key not in found}
         if missing:
             with self._encode_lock:
-                started = time.perf_counter()
-                vectors = np.asarray(self._encode(list(missing.values())), dtype=np.float32)
-                seconds = time.perf_counter() - started
+                self._busy(+1)
+                try:
+                    vectors = np.asarray(self._encode(list(missing.values())), dtype=np.float32)
+                finally:
+                    self._busy(-1)
             with self._lock:
-                self.encode_seconds += seconds
                 self.encoded_texts += len(missing)
                 for key, vector in zip(missing, vectors):
                     found[key] = self._cache.setdefault(key, vector)
@@ -157,6 +160,16 @@ class CachingEmbedder:
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return out
+
+    def _busy(self, change: int) -> None:
+        """One more (+1) or one less (-1) call running the model: ``encode_seconds`` adds the time at least one ran
+        (calls running at once count once)."""
+        with self._lock:
+            now = time.perf_counter()
+            if self._running:
+                self.encode_seconds += now - self._since
+            self._running += change
+            self._since = now
 
     def embed_one(self, text: str) -> np.ndarray:
         return self.embed([text])[0]
