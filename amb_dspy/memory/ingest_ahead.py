@@ -23,9 +23,11 @@ from the same inputs by the same code: the bank is the one the serial path makes
 :data:`PREPARERS` plus one documents' texts (each at most ``max_context_bytes``) are in flight, whatever the size of
 the input.
 
-Two documents are prepared at once because the GIL is what the pipeline waits on: the policies' Python, the commit's
-and the model's calls take turns at it, and while one preparer waits for the model the other's Python can run
-(HotpotQA folder of 110 documents, alternating runs: about 8% less time than one preparer, with the changes beside it).
+Two documents are prepared at once so that one's Python (the policies, the token counts) runs while the model runs
+for the other, and the model runs both preparers' calls at once where the embedder allows it
+(:attr:`~amb_dspy.retrieval.embedding_base.CachingEmbedder.concurrent_calls`, the ONNX backend). Measured in
+alternating runs (docs/benchmarks.md, Session 19): two preparers alone, their calls to the model one at a time, were
+within this machine's noise; with the calls at once, a 775-passage .jsonl ingested in 8-22% less time.
 """
 
 from __future__ import annotations
