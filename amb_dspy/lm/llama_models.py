@@ -51,12 +51,13 @@ def load_llama(path: str, n_ctx: int, n_threads: int, seed: int):
 def count_tokens(path: str, text: str) -> int:
     """Tokens of ``text`` for the GGUF file at ``path``, exactly as the model would count them.
 
-    With the model loaded, its own tokenizer; else its vocabulary alone, loaded once without weights or a
-    context (milliseconds), so that a bank whose agents never generate (the heuristic policy, ``amb serve
-    --policy heuristic``) sizes its chunks in the model's tokens without loading the model. The last
-    :data:`COUNTED_TEXTS` counts of texts up to :data:`COUNTED_CHARS` long are kept: an ingest counts the same
-    sentences and paragraphs again and again (its classification, its structure's units and summaries), and both
-    tokenizers give the same count.
+    With the model loaded, its own tokenizer; else its tokenizer rebuilt in ``tokenizers`` from the file's
+    vocabulary and merges (:mod:`amb_dspy.lm.gguf_tokenizer`: SmolLM2's, checked against llama.cpp's when made),
+    else its vocabulary alone, loaded once without weights or a context (milliseconds): a bank whose agents never
+    generate (the heuristic policy, ``amb serve --policy heuristic``) sizes its chunks in the model's tokens without
+    loading the model. The last :data:`COUNTED_TEXTS` counts of texts up to :data:`COUNTED_CHARS` long are kept: an
+    ingest counts the same sentences and paragraphs again and again (its classification, its structure's units and
+    summaries), and the tokenizers give the same count.
     """
     return _counted(path, text) if len(text) <= COUNTED_CHARS else _count(path, text)
 
