@@ -22,9 +22,9 @@ from typing import Any
 
 from amb_dspy.errors import AmbError
 
-# GGUF value types (ggml's gguf.h): fixed sizes in bytes; 8 is a string, 9 an array
-_FIXED = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+# GGUF value types (ggml's gguf.h) of a fixed size, as struct formats; 8 is a string, 9 an array
 _SCALAR = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_FIXED = {kind: struct.calcsize(form) for kind, form in _SCALAR.items()}  # their sizes in bytes
 _STRING, _ARRAY = 8, 9
 WANTED = ("tokenizer.ggml.model", "tokenizer.ggml.pre", "tokenizer.ggml.tokens", "tokenizer.ggml.merges")
 # llama.cpp's pre-tokenizer name -> the tokenizers pre-tokenizers that split text as it does
