@@ -20,8 +20,14 @@ embedder's model and tokenizer (``CachingEmbedder.encode_seconds``, summed over 
 ``--profile N`` runs one more default ingest of the HotpotQA folder under cProfile and prints its top ``N``
 functions by own time and by cumulative time: where the rest of the time goes.
 
-The last line is JSON: ``tokens_per_s`` / ``baseline_tokens_per_s`` / ``embed_share`` (HotpotQA, the target
-set), the same per set, and the machine's load.
+The model's ceiling: the texts the default ingest ran through the model (recorded by the child, in order) are
+embedded again by the default embedder with nothing else running, one text a call as the ingest's calls go, in a
+fresh process from one thread per CPU at once, then in another from one thread. The set's tokens over that time is
+the rate no heuristic ingest can pass on this machine with this model and setting, whatever the rest of it costs
+(``model_ceiling_tokens_per_s``; one thread: ``model_one_thread_tokens_per_s``).
+
+The last line is JSON: ``tokens_per_s`` / ``baseline_tokens_per_s`` / ``embed_share`` /
+``model_ceiling_tokens_per_s`` (HotpotQA, the target set), the same per set, and the machine's load.
 """
 
 from __future__ import annotations
@@ -43,10 +49,19 @@ BASELINE = {"AMB_EMBEDDING_PRECISION": "float32", "AMB_EMBEDDING_WORKERS": "1", 
 
 # Run in the child: the CLI, then what its embedders spent, as one JSON line on the last line of stdout.
 CHILD = """
-import cProfile, json, pstats, sys, time
+import cProfile, json, os, pstats, sys, threading, time
 started = time.perf_counter()
 from amb_dspy.cli import app
 from amb_dspy.retrieval import embedding
+from amb_dspy.retrieval.onnx_embedding import OnnxEmbedder
+ran, lock = [], threading.Lock()
+if os.environ.get("AMB_BENCH_TEXTS"):
+    encode = OnnxEmbedder._encode
+    def recorded(self, texts):
+        with lock:
+            ran.extend(texts)
+        return encode(self, texts)
+    OnnxEmbedder._encode = recorded
 profile = cProfile.Profile() if sys.argv[1] != "-" else None
 profile and profile.enable()
 try:
@@ -54,11 +69,34 @@ try:
 finally:
     profile and profile.disable()
     models = list(embedding._defaults.values())
+    if os.environ.get("AMB_BENCH_TEXTS"):  # the texts the model ran, for the ceiling (see ceiling())
+        json.dump(ran, open(os.environ["AMB_BENCH_TEXTS"], "w"))
     print(json.dumps({"seconds": time.perf_counter() - started, "encode_seconds": sum(m.encode_seconds for m in models),
                       "texts": sum(m.encoded_texts for m in models)}))
     if profile:
         for key in ("tottime", "cumulative"):
             pstats.Stats(profile, stream=sys.stderr).sort_stats(key).print_stats(int(sys.argv[1]))
+"""
+
+# Run in a child for the ceiling: the recorded texts through a fresh default embedder, one a call, from argv[2]
+# threads at once; prints the seconds as JSON.
+CEILING = """
+import json, sys, threading, time
+from amb_dspy.config import AmbConfig
+from amb_dspy.retrieval.embedding import shared_embedder
+texts, threads = json.load(open(sys.argv[1])), int(sys.argv[2])
+config = AmbConfig()
+model = shared_embedder(config.embedding, config.paths.cache_dir)
+model.cache_size = 0  # every text runs through the model, as each did once in the ingest
+model.embed(["warm up"])
+def work(part):
+    for text in part:
+        model.embed([text])
+started = time.perf_counter()
+workers = [threading.Thread(target=work, args=(texts[i::threads],)) for i in range(threads)]
+[w.start() for w in workers]
+[w.join() for w in workers]
+print(json.dumps({"seconds": time.perf_counter() - started}))
 """
 
 
@@ -83,7 +121,8 @@ def count_tokens(folder: Path) -> int:
 
 
 def ingest(folder: Path, workdir: Path, env_extra: dict[str, str], profile: int = 0) -> dict[str, float]:
-    """One ``amb ingest FOLDER --bank NEW --policy heuristic`` in a fresh process: its seconds and embedding's."""
+    """One ``amb ingest FOLDER --bank NEW --policy heuristic`` in a fresh process: its seconds and embedding's
+    (``AMB_BENCH_TEXTS`` in ``env_extra``: the file it writes the texts its ONNX model ran to)."""
     bank = Path(tempfile.mkdtemp(dir=workdir)) / "bank.sqlite"
     env = {**os.environ, **env_extra, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "AMB_STORAGE_DIR": str(bank.parent / "storage"), "AMB_TEMP_DIR": str(bank.parent / "temp")}
@@ -99,13 +138,32 @@ def ingest(folder: Path, workdir: Path, env_extra: dict[str, str], profile: int 
     return {"seconds": wall, "encode_seconds": stats["encode_seconds"], "texts": stats["texts"]}
 
 
+def ceiling(texts: Path, workdir: Path) -> dict[str, float]:
+    """The seconds the default embedder takes for ``texts`` (a JSON list) alone, one text a call, each in a fresh
+    process as the ingest's are: from one thread per CPU at once (``all``), then from one thread (``one``)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    seconds = {}
+    for name, threads in (("all", len(os.sched_getaffinity(0))), ("one", 1)):
+        done = subprocess.run([sys.executable, "-c", CEILING, str(texts), str(threads)], env=env, cwd=workdir,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"the ceiling run failed ({done.returncode}): {done.stderr[-800:]}")
+        seconds[name] = json.loads(done.stdout.strip().splitlines()[-1])["seconds"]
+    return seconds
+
+
 def measure(folder: Path, workdir: Path, repeats: int) -> dict[str, float]:
     runs: dict[str, list[dict[str, float]]] = {"baseline": [], "default": []}
+    texts = workdir / f"{folder.name}-model-texts.json"
     for r in range(repeats):
         for name in (("baseline", "default") if r % 2 == 0 else ("default", "baseline")):
-            runs[name].append(ingest(folder, workdir, BASELINE if name == "baseline" else {}))
+            runs[name].append(ingest(folder, workdir, BASELINE if name == "baseline" else {"AMB_BENCH_TEXTS": str(texts)}))
     tokens = count_tokens(folder)
     out: dict[str, float] = {"tokens": tokens}
+    if texts.stat().st_size > 2:  # the default backend is ONNX's: its texts were recorded
+        model = ceiling(texts, workdir)
+        out["model_ceiling_tokens_per_s"] = tokens / model["all"]
+        out["model_one_thread_tokens_per_s"] = tokens / model["one"]
     for name, samples in runs.items():
         seconds = statistics.median(s["seconds"] for s in samples)
         out[f"{name}_seconds"] = seconds
@@ -143,15 +201,18 @@ def main() -> None:
     print(f"amb ingest --policy heuristic, fresh bank each; {args.repeats} run(s) per path (median); {os.cpu_count()} CPUs, "
           f"load average {load_before:.1f} before, {load_after:.1f} after; baseline = " + " ".join(f"{k}={v}" for k, v in BASELINE.items()))
     print(f"{'set':<10} {'tokens':>8} {'texts':>7} {'baseline tok/s':>15} {'default tok/s':>14} {'speed-up':>9} "
-          f"{'embed share b/d':>16} {'load':>5}")
+          f"{'embed share b/d':>16} {'model alone tok/s 1 / all':>26} {'load':>5}")
     for name, r in results.items():
+        alone = (f"{r['model_one_thread_tokens_per_s']:>12.0f} / {r['model_ceiling_tokens_per_s']:<11.0f}"
+                 if "model_ceiling_tokens_per_s" in r else f"{'-':>26}")
         print(f"{name:<10} {r['tokens']:>8} {r['default_texts']:>7} {r['baseline_tokens_per_s']:>15.0f} "
               f"{r['default_tokens_per_s']:>14.0f} {r['default_tokens_per_s'] / r['baseline_tokens_per_s']:>8.2f}x "
-              f"{r['baseline_embed_share']:>7.2f} / {r['default_embed_share']:.2f} {r['load']:>5.1f}")
+              f"{r['baseline_embed_share']:>7.2f} / {r['default_embed_share']:.2f} {alone} {r['load']:>5.1f}")
     hot = results.get("hotpotqa") or results["locomo"]
     print(json.dumps({
         "tokens_per_s": round(hot["default_tokens_per_s"]), "baseline_tokens_per_s": round(hot["baseline_tokens_per_s"]),
         "embed_share": round(hot["default_embed_share"], 3), "baseline_embed_share": round(hot["baseline_embed_share"], 3),
+        "model_ceiling_tokens_per_s": round(hot.get("model_ceiling_tokens_per_s", 0)),
         "sets": {name: {key: round(value, 3) for key, value in r.items()} for name, r in results.items()},
         "cpus": os.cpu_count(), "load_before": round(load_before, 2), "load_after": round(load_after, 2),
     }))
