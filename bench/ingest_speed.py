@@ -120,12 +120,16 @@ def count_tokens(folder: Path) -> int:
     return sum(estimate_tokens(doc.text) for doc in read_documents([folder], limit, lambda line: None))
 
 
+def child_env(extra: dict[str, str]) -> dict[str, str]:
+    """A child's environment: this one, ``extra``, this tree on the path, no hub reached."""
+    return {**os.environ, **extra, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
 def ingest(folder: Path, workdir: Path, env_extra: dict[str, str], profile: int = 0) -> dict[str, float]:
     """One ``amb ingest FOLDER --bank NEW --policy heuristic`` in a fresh process: its seconds and embedding's
     (``AMB_BENCH_TEXTS`` in ``env_extra``: the file it writes the texts its ONNX model ran to)."""
     bank = Path(tempfile.mkdtemp(dir=workdir)) / "bank.sqlite"
-    env = {**os.environ, **env_extra, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "AMB_STORAGE_DIR": str(bank.parent / "storage"), "AMB_TEMP_DIR": str(bank.parent / "temp")}
+    env = child_env({**env_extra, "AMB_STORAGE_DIR": str(bank.parent / "storage"), "AMB_TEMP_DIR": str(bank.parent / "temp")})
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CHILD, str(profile or "-"), "ingest", str(folder), "--bank", str(bank),
                            "--policy", "heuristic"], env=env, cwd=workdir, capture_output=True, text=True, check=False)
@@ -141,8 +145,7 @@ def ingest(folder: Path, workdir: Path, env_extra: dict[str, str], profile: int 
 def ceiling(texts: Path, workdir: Path) -> dict[str, float]:
     """The seconds the default embedder takes for ``texts`` (a JSON list) alone, one text a call, each in a fresh
     process as the ingest's are: from one thread per CPU at once (``all``), then from one thread (``one``)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    seconds = {}
+    env, seconds = child_env({}), {}
     for name, threads in (("all", len(os.sched_getaffinity(0))), ("one", 1)):
         done = subprocess.run([sys.executable, "-c", CEILING, str(texts), str(threads)], env=env, cwd=workdir,
                               capture_output=True, text=True, check=False)
