@@ -4,11 +4,11 @@ An ingest under the heuristic policy sizes its chunks and summaries in the embed
 the model (:func:`~amb_dspy.lm.llama_models.count_tokens`). llama.cpp's tokenizer of SmolLM2 takes about 175 us for a
 HotpotQA sentence, holding the GIL: 3 s of a 226k-token ingest's 18 s of Python. The same byte-level BPE in
 ``tokenizers`` (Rust) takes about 64 us, and lets the GIL go while it runs (each text is counted as a batch of one:
-``encode_batch`` releases the GIL, ``encode`` does not), so an ingest's counts no longer hold up its other threads'
-Python. It is built from the GGUF file's own vocabulary and merges, read here from
-the file's header (:func:`read_tokenizer_fields`), for the pre-tokenizers whose rules it can say exactly
-(:data:`PRE_TOKENIZERS`: SmolLM2's), and kept only if it counts :data:`CHECK_TEXTS` as llama.cpp does; otherwise
-llama.cpp counts, as before. Nothing is written to disk: building it takes about 0.2 s.
+``encode_batch_fast`` releases the GIL and skips the offsets a count does not need, ``encode`` does neither), so an
+ingest's counts no longer hold up its other threads' Python. It is built from the GGUF file's own vocabulary and
+merges, read here from the file's header (:func:`read_tokenizer_fields`), for the pre-tokenizers whose rules it can
+say exactly (:data:`PRE_TOKENIZERS`: SmolLM2's), and kept only if it counts :data:`CHECK_TEXTS` as llama.cpp does;
+otherwise llama.cpp counts, as before. Nothing is written to disk: building it takes about 0.2 s.
 
 The header is read by hand, not by the ``gguf`` package: its reader makes Python objects of every field and tensor
 (4.7 s for SmolLM2's 98k vocabulary strings), where the tokenizer needs four fields.
@@ -101,7 +101,7 @@ def fast_counter(path: str | Path, reference: Callable[[str], int]) -> Callable[
         return None
 
     def count(text: str) -> int:
-        try:  # a batch of one: ``encode_batch`` lets the GIL go while it runs, ``encode`` does not
+        try:  # a batch of one: ``encode_batch_fast`` lets the GIL go while it runs, ``encode`` does not
             return len(tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids)
         except (TypeError, UnicodeEncodeError):  # no valid Unicode (a lone surrogate): the reference refuses it its own way
             return reference(text)
